@@ -1,0 +1,10 @@
+# flashattn_library(<name> SOURCES ...): a static library flashattn_<name> exported as flashattn::<name>.
+function(flashattn_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES" ${ARGN})
+  add_library(flashattn_${name} STATIC ${ARG_SOURCES})
+  add_library(flashattn::${name} ALIAS flashattn_${name})
+  set_target_properties(flashattn_${name} PROPERTIES EXPORT_NAME ${name})
+  target_compile_features(flashattn_${name} PUBLIC cxx_std_17)
+  target_compile_options(flashattn_${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  set_property(GLOBAL APPEND PROPERTY FLASHATTN_EXPORTED_TARGETS flashattn_${name})
+endfunction()

@@ -1,0 +1,75 @@
+// merge of partial attention results (see flashattn/merge.hpp).
+#include "flashattn/merge.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "flashattn/convert.hpp"
+#include "flashattn/error.hpp"
+
+namespace flashattn {
+namespace {
+
+void check_view(const Tensor& t, const char* name, const Tensor& ref) {
+  std::ostringstream os;
+  if (t.batch != ref.batch || t.seq != ref.seq || t.heads != ref.heads || t.dim != ref.dim)
+    os << name << " shape [" << t.batch << ", " << t.seq << ", " << t.heads << ", " << t.dim
+       << "] must equal o1 shape [" << ref.batch << ", " << ref.seq << ", " << ref.heads << ", " << ref.dim << "]";
+  else if (t.dtype != ref.dtype)
+    os << name << ".dtype (" << dtype_name(t.dtype) << ") must equal o1.dtype (" << dtype_name(ref.dtype) << ")";
+  else if (t.batch < 0 || t.seq < 0 || t.heads < 0 || t.dim < 0)
+    os << name << " has a negative size";
+  else if (t.stride_batch < 0 || t.stride_seq < 0 || t.stride_head < 0)
+    os << name << " has a negative stride";
+  else if (t.batch * t.seq * t.heads * t.dim > 0 && t.data == nullptr)
+    os << name << ".data is null";
+  else if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
+    os << name << ".data (" << t.data << ") is not aligned to its element size";
+  if (!os.str().empty()) throw Error(os.str());
+}
+
+}  // namespace
+
+void merge(const Tensor& o1, const float* lse1, const Tensor& o2, const float* lse2, const Tensor& out,
+           float* lse_out) {
+  check_view(o1, "o1", o1);
+  check_view(o2, "o2", o1);
+  check_view(out, "out", o1);
+  const int64_t rows = o1.batch * o1.seq * o1.heads;
+  if (rows > 0) {
+    const std::pair<const float*, const char*> lses[] = {{lse1, "lse1"}, {lse2, "lse2"}, {lse_out, "lse_out"}};
+    for (const auto& l : lses) {
+      if (l.first == nullptr) throw Error(std::string(l.second) + " is null");
+      if (reinterpret_cast<uintptr_t>(l.first) % alignof(float) != 0)
+        throw Error(std::string(l.second) + " is not 4-byte aligned");
+    }
+  }
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<float> row(static_cast<size_t>(o1.dim));
+  for (int64_t b = 0; b < o1.batch; ++b)
+    for (int64_t h = 0; h < o1.heads; ++h)
+      for (int64_t s = 0; s < o1.seq; ++s) {
+        const int64_t li = (b * o1.heads + h) * o1.seq + s;
+        const float l1 = lse1[li], l2 = lse2[li];
+        const float m = std::fmax(l1, l2);
+        const int64_t i1 = o1.offset(b, s, h), i2 = o2.offset(b, s, h), io = out.offset(b, s, h);
+        if (m == kNegInf) {  // empty in both halves (explicit guard: exp(-inf - -inf) is NaN)
+          for (int64_t x = 0; x < o1.dim; ++x) store_from_float(out.data, out.dtype, io + x, 0.0f);
+          lse_out[li] = kNegInf;
+          continue;
+        }
+        const float w1 = std::exp(l1 - m), w2 = std::exp(l2 - m);
+        const float sum = w1 + w2;
+        const float c1 = w1 / sum, c2 = w2 / sum;
+        // Read both operands before writing: out may alias either of them.
+        for (int64_t x = 0; x < o1.dim; ++x)
+          row[x] = c1 * load_as_float(o1.data, o1.dtype, i1 + x) + c2 * load_as_float(o2.data, o2.dtype, i2 + x);
+        for (int64_t x = 0; x < o1.dim; ++x) store_from_float(out.data, out.dtype, io + x, row[x]);
+        lse_out[li] = m + std::log(sum);
+      }
+}
+
+}  // namespace flashattn

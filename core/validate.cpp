@@ -1,0 +1,241 @@
+// Argument validation shared by every backend (see flashattn/validate.hpp).
+#include "flashattn/validate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashattn/error.hpp"
+
+namespace flashattn {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 31;  // any single size must stay below 2^31
+
+template <class... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  throw Error(os.str());
+}
+
+// Returns a*b, or fails naming `what` if it overflows int64.
+int64_t mul_checked(int64_t a, int64_t b, const std::string& what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail(what, ": size ", a, " x ", b, " overflows int64");
+  return r;
+}
+
+int64_t add_checked(int64_t a, int64_t b, const std::string& what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail(what, ": offset ", a, " + ", b, " overflows int64");
+  return r;
+}
+
+// Returns the largest element offset of t, or -1 if t has no element.
+int64_t max_offset(const Tensor& t, const std::string& name) {
+  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return -1;
+  int64_t off = mul_checked(t.batch - 1, t.stride_batch, name + ".stride_batch");
+  off = add_checked(off, mul_checked(t.seq - 1, t.stride_seq, name + ".stride_seq"), name);
+  off = add_checked(off, mul_checked(t.heads - 1, t.stride_head, name + ".stride_head"), name);
+  off = add_checked(off, t.dim - 1, name);
+  mul_checked(off + 1, static_cast<int64_t>(dtype_size(t.dtype)), name + " bytes");
+  return off;
+}
+
+// Checks one tensor view on its own: dtype, sizes, strides, pointer.
+void check_tensor(const Tensor& t, const std::string& name) {
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+    fail(name, ".dtype (", static_cast<int>(t.dtype), ") is not a DType (f32, f16, bf16)");
+  const int64_t sizes[4] = {t.batch, t.seq, t.heads, t.dim};
+  const char* size_names[4] = {"batch", "seq", "heads", "dim"};
+  for (int i = 0; i < 4; ++i) {
+    if (sizes[i] < 0) fail(name, ".", size_names[i], " (", sizes[i], ") must not be negative");
+    if (sizes[i] >= kMaxDim) fail(name, ".", size_names[i], " (", sizes[i], ") must be below 2^31");
+  }
+  if (t.heads == 0) fail(name, ".heads (0) must be at least 1");
+  if (t.dim == 0) fail(name, ".dim (0) must be at least 1");
+  const int64_t strides[3] = {t.stride_batch, t.stride_seq, t.stride_head};
+  const char* stride_names[3] = {"stride_batch", "stride_seq", "stride_head"};
+  for (int i = 0; i < 3; ++i)
+    if (strides[i] < 0) fail(name, ".", stride_names[i], " (", strides[i], ") must not be negative");
+  const int64_t last = max_offset(t, name);
+  if (last < 0) return;  // no element: the pointer is never used
+  if (t.data == nullptr) fail(name, ".data is null for a tensor of ", t.batch, "x", t.seq, "x", t.heads, "x", t.dim, " elements");
+  const auto addr = reinterpret_cast<uintptr_t>(t.data);
+  if (addr % dtype_size(t.dtype) != 0)
+    fail(name, ".data (", t.data, ") is not aligned to its element size (", dtype_size(t.dtype), " bytes)");
+}
+
+// Checks that distinct indices of an output view address distinct elements (no self-overlap).
+void check_no_self_overlap(const Tensor& t, const std::string& name) {
+  if (max_offset(t, name) < 0) return;
+  struct Axis { int64_t size, stride; const char* stride_name; };
+  std::vector<Axis> axes = {{t.batch, t.stride_batch, "stride_batch"},
+                            {t.seq, t.stride_seq, "stride_seq"},
+                            {t.heads, t.stride_head, "stride_head"}};
+  // Sort the axes with more than one index by stride; each stride must step over everything the
+  // faster axes (and the contiguous dim) span.
+  std::vector<Axis> used;
+  for (const Axis& a : axes)
+    if (a.size > 1) used.push_back(a);
+  for (size_t i = 1; i < used.size(); ++i)
+    for (size_t j = i; j > 0 && used[j].stride < used[j - 1].stride; --j) std::swap(used[j], used[j - 1]);
+  int64_t span = t.dim;  // elements covered by the faster axes
+  for (const Axis& a : used) {
+    if (a.stride < span)
+      fail(name, ".", a.stride_name, " (", a.stride, ") makes the output overlap itself (needs >= ", span, ")");
+    span = a.stride * (a.size - 1) + span;
+  }
+}
+
+struct Span {
+  uintptr_t begin = 0, end = 0;  // bytes [begin, end); empty when begin == end
+};
+
+Span span_of(const Tensor& t, const std::string& name) {
+  const int64_t last = max_offset(t, name);
+  if (last < 0) return {};
+  const auto b = reinterpret_cast<uintptr_t>(t.data);
+  return {b, b + static_cast<uintptr_t>(last + 1) * dtype_size(t.dtype)};
+}
+
+Span span_of(const void* p, int64_t bytes) {
+  if (!p || bytes <= 0) return {};
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  return {b, b + static_cast<uintptr_t>(bytes)};
+}
+
+bool overlaps(Span a, Span b) { return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end; }
+
+void check_same_shape(const Tensor& t, const std::string& name, const Tensor& ref, const std::string& ref_name) {
+  if (t.batch != ref.batch || t.seq != ref.seq || t.heads != ref.heads || t.dim != ref.dim)
+    fail(name, " shape [", t.batch, ", ", t.seq, ", ", t.heads, ", ", t.dim, "] must equal ", ref_name, " shape [",
+         ref.batch, ", ", ref.seq, ", ", ref.heads, ", ", ref.dim, "]");
+  if (t.dtype != ref.dtype)
+    fail(name, ".dtype (", dtype_name(t.dtype), ") must equal ", ref_name, ".dtype (", dtype_name(ref.dtype), ")");
+}
+
+// Checks cu_seqlens contents: starts at 0, non-decreasing, ends within `rows`, lengths within max.
+void check_cu_seqlens(const int32_t* cu, int64_t n, int64_t rows, int64_t max_len, const char* name,
+                      const char* rows_name, const char* max_name) {
+  if (cu[0] != 0) fail(name, "[0] (", cu[0], ") must be 0");
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t len = int64_t{cu[s + 1]} - cu[s];
+    if (len < 0) fail(name, " must be non-decreasing: ", name, "[", s + 1, "] (", cu[s + 1], ") < ", name, "[", s, "] (", cu[s], ")");
+    if (max_len > 0 && len > max_len)
+      fail(name, ": sequence ", s, " has length ", len, " > ", max_name, " (", max_len, ")");
+  }
+  if (cu[n] > rows) fail(name, "[", n, "] (", cu[n], ") exceeds ", rows_name, " (", rows, ")");
+}
+
+void check_forward(const ForwardArgs& a, bool backward) {
+  check_tensor(a.q, "q");
+  check_tensor(a.k, "k");
+  check_tensor(a.v, "v");
+  check_tensor(a.out, "out");
+  if (a.k.dtype != a.q.dtype) fail("k.dtype (", dtype_name(a.k.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
+  if (a.v.dtype != a.q.dtype) fail("v.dtype (", dtype_name(a.v.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
+  if (a.k.dim != a.q.dim) fail("k.dim (", a.k.dim, ") must equal q.dim (", a.q.dim, ")");
+  if (a.v.dim != a.q.dim) fail("v.dim (", a.v.dim, ") must equal q.dim (", a.q.dim, ")");
+  if (a.k.batch != a.q.batch) fail("k.batch (", a.k.batch, ") must equal q.batch (", a.q.batch, ")");
+  if (a.v.batch != a.k.batch || a.v.seq != a.k.seq || a.v.heads != a.k.heads)
+    fail("v shape [", a.v.batch, ", ", a.v.seq, ", ", a.v.heads, ", ", a.v.dim, "] must equal k shape [", a.k.batch, ", ",
+         a.k.seq, ", ", a.k.heads, ", ", a.k.dim, "]");
+  if (a.q.heads % a.k.heads != 0) fail("k.heads (", a.k.heads, ") must divide q.heads (", a.q.heads, ")");
+  check_same_shape(a.out, "out", a.q, "q");
+
+  if (!std::isfinite(a.scale)) fail("scale (", a.scale, ") must be finite (0 selects 1/sqrt(d))");
+  if (!std::isfinite(a.softcap) || a.softcap < 0) fail("softcap (", a.softcap, ") must be finite and >= 0 (0: off)");
+  if (a.window_left < -1) fail("window_left (", a.window_left, ") must be >= -1 (-1: unbounded)");
+  if (a.window_right < -1) fail("window_right (", a.window_right, ") must be >= -1 (-1: unbounded)");
+  if (reinterpret_cast<uintptr_t>(a.lse) % alignof(float) != 0) fail("lse (", static_cast<const void*>(a.lse), ") is not 4-byte aligned");
+
+  // Sequences.
+  int64_t nseq = a.q.batch;
+  if ((a.cu_seqlens_q == nullptr) != (a.cu_seqlens_k == nullptr))
+    fail("cu_seqlens_q and cu_seqlens_k must be given together (got ", a.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k", " only)");
+  if (a.max_seqlen_q < 0) fail("max_seqlen_q (", a.max_seqlen_q, ") must not be negative");
+  if (a.max_seqlen_k < 0) fail("max_seqlen_k (", a.max_seqlen_k, ") must not be negative");
+  if (a.cu_seqlens_q) {
+    if (a.q.batch != 1 || a.k.batch != 1)
+      fail("varlen (cu_seqlens_q set) needs q.batch and k.batch 1 (got ", a.q.batch, ", ", a.k.batch, ")");
+    if (a.varlen_batch < 0 || a.varlen_batch >= kMaxDim) fail("varlen_batch (", a.varlen_batch, ") must be in [0, 2^31)");
+    nseq = a.varlen_batch;
+    check_cu_seqlens(a.cu_seqlens_q, nseq, a.q.seq, a.max_seqlen_q, "cu_seqlens_q", "q.seq", "max_seqlen_q");
+    check_cu_seqlens(a.cu_seqlens_k, nseq, a.k.seq, a.max_seqlen_k, "cu_seqlens_k", "k.seq", "max_seqlen_k");
+  } else if (a.varlen_batch != 0) {
+    fail("varlen_batch (", a.varlen_batch, ") is set but cu_seqlens_q is null");
+  }
+  if (a.seqlens_k) {
+    for (int64_t s = 0; s < nseq; ++s) {
+      const int64_t rows = a.cu_seqlens_k ? int64_t{a.cu_seqlens_k[s + 1]} - a.cu_seqlens_k[s] : a.k.seq;
+      if (a.seqlens_k[s] < 0 || a.seqlens_k[s] > rows)
+        fail("seqlens_k[", s, "] (", a.seqlens_k[s], ") must be in [0, ", rows, "] (the keys of sequence ", s, ")");
+    }
+  }
+  if (a.alibi_slopes) {
+    if (a.alibi_batch_stride < 0) fail("alibi_batch_stride (", a.alibi_batch_stride, ") must not be negative");
+    if (a.alibi_batch_stride != 0 && a.alibi_batch_stride < a.q.heads)
+      fail("alibi_batch_stride (", a.alibi_batch_stride, ") must be 0 or >= q.heads (", a.q.heads, ")");
+    for (int64_t s = 0; s < (a.alibi_batch_stride ? nseq : 1); ++s)
+      for (int64_t h = 0; h < a.q.heads; ++h)
+        if (!std::isfinite(a.alibi_slopes[s * a.alibi_batch_stride + h]))
+          fail("alibi_slopes[", s * a.alibi_batch_stride + h, "] (", a.alibi_slopes[s * a.alibi_batch_stride + h], ") must be finite");
+  } else if (a.alibi_batch_stride != 0) {
+    fail("alibi_batch_stride (", a.alibi_batch_stride, ") is set but alibi_slopes is null");
+  }
+
+  // Outputs: no self-overlap, and no overlap with any input.
+  check_no_self_overlap(a.out, "out");
+  const int64_t lse_count = mul_checked(mul_checked(a.q.batch, a.q.heads, "lse"), a.q.seq, "lse");
+  const Span out_span = span_of(a.out, "out");
+  const Span lse_span = span_of(a.lse, mul_checked(lse_count, 4, "lse bytes"));
+  const std::pair<Span, const char*> inputs[] = {
+      {span_of(a.q, "q"), "q"}, {span_of(a.k, "k"), "k"}, {span_of(a.v, "v"), "v"}};
+  if (!backward) {
+    for (const auto& in : inputs) {
+      if (overlaps(out_span, in.first)) fail("out overlaps input ", in.second, " in memory");
+      if (overlaps(lse_span, in.first)) fail("lse overlaps input ", in.second, " in memory");
+    }
+    if (overlaps(lse_span, out_span)) fail("lse overlaps out in memory");
+  }
+}
+
+}  // namespace
+
+void validate(const ForwardArgs& a) { check_forward(a, false); }
+
+void validate(const BackwardArgs& a) {
+  check_forward(a, true);
+  if (a.lse == nullptr && a.q.batch * a.q.seq > 0) fail("lse is null: backward needs the forward's log-sum-exp");
+  check_tensor(a.dout, "dout");
+  check_tensor(a.dq, "dq");
+  check_tensor(a.dk, "dk");
+  check_tensor(a.dv, "dv");
+  check_same_shape(a.dout, "dout", a.q, "q");
+  check_same_shape(a.dq, "dq", a.q, "q");
+  check_same_shape(a.dk, "dk", a.k, "k");
+  check_same_shape(a.dv, "dv", a.k, "k");
+  const std::pair<const Tensor*, const char*> outs[] = {{&a.dq, "dq"}, {&a.dk, "dk"}, {&a.dv, "dv"}};
+  const int64_t lse_bytes = a.q.batch * a.q.heads * a.q.seq * 4;
+  const std::pair<Span, const char*> inputs[] = {{span_of(a.q, "q"), "q"},       {span_of(a.k, "k"), "k"},
+                                                 {span_of(a.v, "v"), "v"},       {span_of(a.out, "out"), "out"},
+                                                 {span_of(a.dout, "dout"), "dout"}, {span_of(a.lse, lse_bytes), "lse"}};
+  for (const auto& o : outs) {
+    check_no_self_overlap(*o.first, o.second);
+    const Span s = span_of(*o.first, o.second);
+    for (const auto& in : inputs)
+      if (overlaps(s, in.first)) fail(o.second, " overlaps input ", in.second, " in memory");
+  }
+  for (int i = 0; i < 3; ++i)
+    for (int j = i + 1; j < 3; ++j)
+      if (outs[i].first->data != nullptr && outs[i].first->data == outs[j].first->data &&
+          max_offset(*outs[i].first, outs[i].second) >= 0 && max_offset(*outs[j].first, outs[j].second) >= 0)
+        fail(outs[i].second, " and ", outs[j].second, " start at the same address");
+}
+
+}  // namespace flashattn

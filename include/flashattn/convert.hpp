@@ -1,0 +1,131 @@
+// Conversions between fp32 and the 16-bit storage types, with round-to-nearest-even.
+//
+// Every part of flashattn (oracle, CPU, GPU, tests) rounds through these functions, so "rounded to
+// the output dtype" means the same bits everywhere. Highway 1.0.3's DemoteTo(bf16) truncates; do not
+// use it for results.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "flashattn/config.hpp"
+#include "flashattn/types.hpp"
+
+namespace flashattn {
+
+// 16-bit storage types: bit containers without arithmetic. Convert with to_float / from_float.
+struct bf16_t { uint16_t bits = 0; };
+struct f16_t { uint16_t bits = 0; };
+
+// Returns the IEEE-754 bit pattern of x.
+FLASHATTN_HD inline uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// Returns the float with bit pattern u.
+FLASHATTN_HD inline float bits_float(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// Returns x rounded to bfloat16 with round-to-nearest-even. NaN stays NaN (quiet, sign kept);
+// values beyond the largest finite bf16 round to ±inf as IEEE requires. Exact for every input.
+FLASHATTN_HD inline uint16_t bf16_bits_from_float(float x) {
+  uint32_t u = float_bits(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
+  uint32_t lsb = (u >> 16) & 1u;
+  u += 0x7fffu + lsb;  // ties go to the even neighbour; overflow carries into inf
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Returns the bfloat16 value with bit pattern b as a float (exact).
+FLASHATTN_HD inline float float_from_bf16_bits(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+// Returns x rounded to IEEE half precision with round-to-nearest-even, including the subnormal
+// range (below 2^-14) and overflow to ±inf (at or above 65520). NaN stays a quiet NaN, sign kept.
+FLASHATTN_HD inline uint16_t f16_bits_from_float(float x) {
+  const uint32_t u = float_bits(x);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 (or inf): inf
+  if (a < 0x38800000u) {  // below 2^-14: subnormal half (or zero)
+    if (a < 0x33000000u) return sign;  // below 2^-25: rounds to zero (2^-25 itself ties to 0)
+    const uint32_t exp = a >> 23;                       // 102 .. 112
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u;  // 24-bit significand
+    const uint32_t shift = 126u - exp;                  // 14 .. 24
+    uint32_t h = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round 13 bits away; a carry may roll into inf.
+  uint32_t r = a - 0x38000000u;
+  r += 0xfffu + ((r >> 13) & 1u);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+// Returns the half-precision value with bit pattern h as a float (exact, subnormals included).
+FLASHATTN_HD inline float float_from_f16_bits(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp != 0) return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return bits_float(sign);
+  // Subnormal: value = mant * 2^-24, exact in float.
+  const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+  return sign ? -v : v;
+}
+
+FLASHATTN_HD inline float to_float(float x) { return x; }
+FLASHATTN_HD inline float to_float(bf16_t x) { return float_from_bf16_bits(x.bits); }
+FLASHATTN_HD inline float to_float(f16_t x) { return float_from_f16_bits(x.bits); }
+
+// Returns x rounded (round-to-nearest-even) to the storage type T (float, bf16_t or f16_t).
+template <class T>
+FLASHATTN_HD inline T from_float(float x);
+template <>
+FLASHATTN_HD inline float from_float<float>(float x) { return x; }
+template <>
+FLASHATTN_HD inline bf16_t from_float<bf16_t>(float x) { return bf16_t{bf16_bits_from_float(x)}; }
+template <>
+FLASHATTN_HD inline f16_t from_float<f16_t>(float x) { return f16_t{f16_bits_from_float(x)}; }
+
+// Returns x rounded to dtype t and widened back to float (the value a tensor of dtype t would hold).
+FLASHATTN_HD inline float round_to(DType t, float x) {
+  switch (t) {
+    case DType::bf16: return float_from_bf16_bits(bf16_bits_from_float(x));
+    case DType::f16: return float_from_f16_bits(f16_bits_from_float(x));
+    default: return x;
+  }
+}
+
+// Reads element i of a buffer of dtype t as float.
+inline float load_as_float(const void* data, DType t, int64_t i) {
+  switch (t) {
+    case DType::bf16: return float_from_bf16_bits(static_cast<const uint16_t*>(data)[i]);
+    case DType::f16: return float_from_f16_bits(static_cast<const uint16_t*>(data)[i]);
+    default: return static_cast<const float*>(data)[i];
+  }
+}
+
+// Writes x, rounded to nearest even, to element i of a buffer of dtype t.
+inline void store_from_float(void* data, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::bf16: static_cast<uint16_t*>(data)[i] = bf16_bits_from_float(x); break;
+    case DType::f16: static_cast<uint16_t*>(data)[i] = f16_bits_from_float(x); break;
+    default: static_cast<float*>(data)[i] = x; break;
+  }
+}
+
+// Unit roundoff of dtype t: half the distance from 1 to the next representable value.
+constexpr double unit_roundoff(DType t) {
+  return t == DType::bf16 ? 0x1p-8 : t == DType::f16 ? 0x1p-11 : 0x1p-24;
+}
+
+}  // namespace flashattn

@@ -1,0 +1,44 @@
+// flashattn::cpu — cache-tiled, SIMD (Highway, dynamic dispatch) and OpenMP attention.
+//
+// Forward uses online softmax and writes only out and lse; backward recomputes P tile by tile from
+// lse. Extra memory is O(threads · tile · d), independent of the sequence lengths. Results are
+// bitwise identical for any thread count and across repeated calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashattn/args.hpp"
+
+namespace flashattn::cpu {
+
+struct Config {
+  int block_q = 0;     // query rows per tile; 0: chosen from the cache sizes
+  int block_k = 0;     // key rows per tile; 0: chosen from the cache sizes
+  int threads = 0;     // OpenMP threads; 0: omp_get_max_threads()
+  int64_t target = 0;  // one Highway target bit to force (see targets()); 0: best supported
+};
+
+// A SIMD target compiled into the library and supported by this CPU.
+struct Target {
+  int64_t bit = 0;   // Highway target bit (HWY_AVX3, HWY_AVX2, ..., HWY_SCALAR)
+  std::string name;  // e.g. "AVX3"
+};
+
+// Returns the compiled targets this CPU can run, best first.
+std::vector<Target> targets();
+
+// Validates `a` and computes out (and lse if set).
+void forward(const ForwardArgs& a, const Config& c = {});
+
+// Validates `a` and computes dq, dk, dv from q, k, v, out, lse and dout.
+void backward(const BackwardArgs& a, const Config& c = {});
+
+// Returns the bytes of scratch memory a call with these arguments allocates beyond its inputs and
+// outputs (0 once per-thread scratch has been allocated and is reused, is not assumed).
+size_t workspace_bytes(const ForwardArgs& a, const Config& c = {});
+size_t workspace_bytes(const BackwardArgs& a, const Config& c = {});
+
+}  // namespace flashattn::cpu

@@ -1,0 +1,83 @@
+// Geometry of a validated call: which sequences it holds and where their rows live. Every backend
+// walks a problem through these helpers, so varlen, key lengths and LSE layout mean the same thing
+// everywhere.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "flashattn/args.hpp"
+#include "flashattn/config.hpp"
+#include "flashattn/mask.hpp"
+
+namespace flashattn {
+
+// One sequence of a call: its rows in the tensors and its mask.
+struct Sequence {
+  int64_t index = 0;    // sequence number (batch index, or varlen sequence)
+  int64_t batch = 0;    // batch index in the tensors (0 for varlen)
+  int64_t q_start = 0;  // first row of q/out/dout/dq in the tensors' seq dimension
+  int64_t k_start = 0;  // first row of k/v/dk/dv
+  int64_t k_rows = 0;   // rows of k/v belonging to this sequence (before seqlens_k)
+  Mask mask;            // seqlen_q, seqlen_k (after seqlens_k) and the window
+};
+
+// Returns the number of sequences of a validated call.
+inline int64_t num_sequences(const ForwardArgs& a) {
+  return a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
+}
+
+// Returns sequence s (0 <= s < num_sequences(a)) of a validated call. Reads host arrays
+// (cu_seqlens, seqlens_k): backends holding device pointers pass a host copy.
+inline Sequence sequence(const ForwardArgs& a, int64_t s) {
+  Sequence r;
+  r.index = s;
+  int64_t nq = a.q.seq, nk = a.k.seq;
+  if (a.cu_seqlens_q) {
+    r.batch = 0;
+    r.q_start = a.cu_seqlens_q[s];
+    r.k_start = a.cu_seqlens_k[s];
+    nq = a.cu_seqlens_q[s + 1] - r.q_start;
+    nk = a.cu_seqlens_k[s + 1] - r.k_start;
+  } else {
+    r.batch = s;
+  }
+  r.k_rows = nk;
+  if (a.seqlens_k) nk = a.seqlens_k[s];
+  r.mask = Mask::make(nq, nk, a.causal, a.window_left, a.window_right);
+  return r;
+}
+
+// Returns the scale applied to q kᵀ (the default 1/sqrt(d) when a.scale is 0).
+inline float effective_scale(const ForwardArgs& a) {
+  return a.scale != 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.q.dim)));
+}
+
+// Returns the ALiBi slope of query head h in sequence s (0 when ALiBi is off).
+inline float alibi_slope(const ForwardArgs& a, int64_t s, int64_t h) {
+  return a.alibi_slopes ? a.alibi_slopes[s * a.alibi_batch_stride + h] : 0.0f;
+}
+
+// Returns the index into lse ([B, Hq, Nq] contiguous) of row i of sequence seq, query head h.
+inline int64_t lse_index(const ForwardArgs& a, const Sequence& seq, int64_t h, int64_t i) {
+  return (seq.batch * a.q.heads + h) * a.q.seq + seq.q_start + i;
+}
+
+// Returns the key/value head read by query head h.
+FLASHATTN_HD constexpr int64_t kv_head(int64_t h, int64_t heads_q, int64_t heads_k) {
+  return h / (heads_q / heads_k);
+}
+
+// Returns the score after the optional soft-capping and ALiBi of DESIGN.md, in this order, for
+// row i and key j of a sequence with mask m; s is scale * q·k. Masking is not applied here.
+template <class T>
+FLASHATTN_HD inline T transform_score(T s, T softcap, T slope, int64_t i, int64_t j, const Mask& m) {
+  if (softcap > T(0)) s = softcap * std::tanh(s / softcap);
+  if (slope != T(0)) {
+    const int64_t dist = i + m.diag() - j;
+    s -= slope * static_cast<T>(dist < 0 ? -dist : dist);
+  }
+  return s;
+}
+
+}  // namespace flashattn

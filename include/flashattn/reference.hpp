@@ -1,0 +1,61 @@
+// flashattn::reference — the scalar oracle. Materialises S and P, accumulates in fp64.
+//
+// Slow by design (O(N²) memory per head); its job is to be obviously right. The same_as_input
+// precision rounds S, P, O (and the backward's intermediates) to the input dtype with fp32
+// accumulation, like a naive low-precision implementation; it exists to set test tolerances.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flashattn/args.hpp"
+#include "flashattn/mask.hpp"
+
+namespace flashattn::reference {
+
+enum class Precision : uint8_t {
+  fp64,           // fp64 accumulation and intermediates (the oracle)
+  same_as_input,  // fp32 accumulation, intermediates rounded to the input dtype
+};
+
+// One (batch, head) problem, dense row-major fp64: q [nq x d], k and v [nk x d].
+struct Head {
+  int64_t nq = 0, nk = 0, d = 0;
+  double scale = 1, softcap = 0, slope = 0;  // softcap 0: off; slope 0: no ALiBi
+  Mask mask;                                 // mask.seqlen_q == nq, mask.seqlen_k == nk
+};
+
+// Forward of one head in fp64, written as numbered passes (S, softcap, ALiBi, mask, P, O, LSE).
+// out [nq x d]; lse [nq] (-inf for rows that see no key, whose out row is 0).
+void head_forward(const Head& h, const double* q, const double* k, const double* v, double* out,
+                  double* lse);
+
+// Backward of one head in fp64 with P materialised: D = rowsum(dO∘O), dV = Pᵀ dO, dP = dO Vᵀ,
+// dS = P∘(dP − D) (times the softcap derivative), dQ = scale·dS K, dK = scale·dSᵀ Q.
+// dq [nq x d], dk and dv [nk x d] are overwritten.
+void head_backward(const Head& h, const double* q, const double* k, const double* v, const double* dout,
+                   double* dq, double* dk, double* dv);
+
+// Unrounded results of a whole call. out is dense [B, Nq, Hq, d] with q's sizes (varlen: B = 1),
+// lse dense [B, Hq, Nq]; dq dense like q, dk and dv dense like k.
+struct ForwardValues {
+  std::vector<double> out, lse;
+};
+struct BackwardValues {
+  std::vector<double> dq, dk, dv;
+};
+
+// Validates `a`, then returns the forward results before rounding to the output dtype.
+ForwardValues forward_values(const ForwardArgs& a, Precision p = Precision::fp64);
+
+// Validates `a`, then returns the gradients before rounding to the output dtype. The oracle
+// recomputes the forward itself from q, k, v; a.out and a.lse are validated but not read.
+BackwardValues backward_values(const BackwardArgs& a, Precision p = Precision::fp64);
+
+// Validates `a` and writes a.out (rounded to nearest even in its dtype) and a.lse if set.
+void forward(const ForwardArgs& a, Precision p = Precision::fp64);
+
+// Validates `a` and writes a.dq, a.dk, a.dv.
+void backward(const BackwardArgs& a, Precision p = Precision::fp64);
+
+}  // namespace flashattn::reference

@@ -1,0 +1,51 @@
+// Element types and strided rank-4 tensor views.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashattn {
+
+// Element type of q, k, v, out, dout, dq, dk, dv. LSE is always fp32.
+enum class DType : uint8_t { f32, f16, bf16 };
+
+// Returns the size in bytes of one element of `t`.
+constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+// Returns "f32", "f16" or "bf16" (or "invalid" for a value outside the enum).
+constexpr const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+  }
+  return "invalid";
+}
+
+// A strided view of a rank-4 tensor [batch, seq, heads, dim]. Strides are in elements; the last
+// dimension is contiguous (stride 1). Element (b, s, h, x) lives at
+// data + (b*stride_batch + s*stride_seq + h*stride_head + x) elements.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t batch = 0, seq = 0, heads = 0, dim = 0;
+  int64_t stride_batch = 0, stride_seq = 0, stride_head = 0;
+
+  // Returns the element offset of (b, s, h, 0).
+  constexpr int64_t offset(int64_t b, int64_t s, int64_t h) const {
+    return b * stride_batch + s * stride_seq + h * stride_head;
+  }
+};
+
+// Returns a contiguous [batch, seq, heads, dim] view (the "bshd" layout used by FlashAttention).
+constexpr Tensor bshd(void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return Tensor{data, dtype, batch, seq, heads, dim, seq * heads * dim, heads * dim, dim};
+}
+
+// Returns a view of a contiguous [batch, heads, seq, dim] buffer (the "bhsd" layout), indexed as
+// [batch, seq, heads, dim] like every other view.
+constexpr Tensor bhsd(void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return Tensor{data, dtype, batch, seq, heads, dim, heads * seq * dim, dim, seq * dim};
+}
+
+}  // namespace flashattn
