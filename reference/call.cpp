@@ -1,0 +1,168 @@
+// Whole-call oracle: walks sequences and heads, gathers each head into dense arrays, runs the
+// one-head passes, and scatters the results (see flashattn/reference.hpp).
+#include <cstdint>
+#include <vector>
+
+#include "flashattn/convert.hpp"
+#include "flashattn/problem.hpp"
+#include "flashattn/validate.hpp"
+#include "head_impl.hpp"
+
+namespace flashattn::reference {
+namespace {
+
+// Copies rows [row0, row0 + rows) of head h of sequence batch b into a dense [rows x dim] array.
+template <class Acc>
+std::vector<Acc> gather(const Tensor& t, int64_t b, int64_t row0, int64_t rows, int64_t h) {
+  std::vector<Acc> r(static_cast<size_t>(rows * t.dim));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t base = t.offset(b, row0 + i, h);
+    for (int64_t x = 0; x < t.dim; ++x) r[i * t.dim + x] = static_cast<Acc>(load_as_float(t.data, t.dtype, base + x));
+  }
+  return r;
+}
+
+// Returns the index of (b, s, h, 0) in a dense array with t's sizes.
+int64_t dense_index(const Tensor& t, int64_t b, int64_t s, int64_t h) {
+  return ((b * t.seq + s) * t.heads + h) * t.dim;
+}
+
+Head head_of(const ForwardArgs& a, const Sequence& seq, int64_t h) {
+  Head hd;
+  hd.nq = seq.mask.seqlen_q;
+  hd.nk = seq.mask.seqlen_k;
+  hd.d = a.q.dim;
+  hd.scale = effective_scale(a);
+  hd.softcap = a.softcap;
+  hd.slope = alibi_slope(a, seq.index, h);
+  hd.mask = seq.mask;
+  return hd;
+}
+
+template <class Acc>
+detail::Rounding<Acc> rounding_for(const ForwardArgs& a) {
+  return {sizeof(Acc) == sizeof(float), a.q.dtype};
+}
+
+template <class Acc>
+ForwardValues forward_impl(const ForwardArgs& a) {
+  ForwardValues r;
+  r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
+  r.lse.assign(static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq), 0.0);
+  const auto rnd = rounding_for<Acc>(a);
+  for (int64_t s = 0; s < num_sequences(a); ++s) {
+    const Sequence seq = sequence(a, s);
+    for (int64_t h = 0; h < a.q.heads; ++h) {
+      const Head hd = head_of(a, seq, h);
+      const int64_t hk = kv_head(h, a.q.heads, a.k.heads);
+      const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
+      const auto k = gather<Acc>(a.k, seq.batch, seq.k_start, hd.nk, hk);
+      const auto v = gather<Acc>(a.v, seq.batch, seq.k_start, hd.nk, hk);
+      std::vector<Acc> out(static_cast<size_t>(hd.nq * hd.d)), lse(static_cast<size_t>(hd.nq));
+      detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data());
+      for (int64_t i = 0; i < hd.nq; ++i) {
+        const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
+        for (int64_t x = 0; x < hd.d; ++x) r.out[o + x] = out[i * hd.d + x];
+        r.lse[lse_index(a, seq, h, i)] = lse[i];
+      }
+    }
+  }
+  return r;
+}
+
+template <class Acc>
+BackwardValues backward_impl(const BackwardArgs& a) {
+  BackwardValues r;
+  r.dq.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
+  r.dk.assign(static_cast<size_t>(a.k.batch * a.k.seq * a.k.heads * a.k.dim), 0.0);
+  r.dv.assign(r.dk.size(), 0.0);
+  const auto rnd = rounding_for<Acc>(a);
+  const int64_t group = a.q.heads / a.k.heads;
+  for (int64_t s = 0; s < num_sequences(a); ++s) {
+    const Sequence seq = sequence(a, s);
+    for (int64_t hk = 0; hk < a.k.heads; ++hk) {
+      const int64_t nk = seq.mask.seqlen_k, d = a.q.dim;
+      const auto k = gather<Acc>(a.k, seq.batch, seq.k_start, nk, hk);
+      const auto v = gather<Acc>(a.v, seq.batch, seq.k_start, nk, hk);
+      // dK and dV of a key head sum the gradients of its query heads, in head order.
+      std::vector<Acc> dk_sum(static_cast<size_t>(nk * d), 0), dv_sum(dk_sum.size(), 0);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const Head hd = head_of(a, seq, h);
+        const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
+        const auto dout = gather<Acc>(a.dout, seq.batch, seq.q_start, hd.nq, h);
+        std::vector<Acc> dq(static_cast<size_t>(hd.nq * d)), dk(dk_sum.size()), dv(dk_sum.size());
+        detail::backward_head<Acc>(hd, q.data(), k.data(), v.data(), dout.data(), rnd, dq.data(), dk.data(), dv.data());
+        for (int64_t i = 0; i < hd.nq; ++i) {
+          const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
+          for (int64_t x = 0; x < d; ++x) r.dq[o + x] = dq[i * d + x];
+        }
+        for (size_t e = 0; e < dk_sum.size(); ++e) {
+          dk_sum[e] += dk[e];
+          dv_sum[e] += dv[e];
+        }
+      }
+      // Keys past seqlens_k (still rows of this sequence) keep their zero gradient.
+      for (int64_t j = 0; j < nk; ++j) {
+        const int64_t o = dense_index(a.k, seq.batch, seq.k_start + j, hk);
+        for (int64_t x = 0; x < d; ++x) {
+          r.dk[o + x] = rnd(dk_sum[j * d + x]);
+          r.dv[o + x] = rnd(dv_sum[j * d + x]);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Writes the rows of every sequence of a dense array into view t (rows outside every sequence,
+// possible with varlen, are left untouched). `rows_of` gives a sequence's (first row, row count).
+template <class RowsOf>
+void scatter(const ForwardArgs& a, const std::vector<double>& dense, const Tensor& t, RowsOf rows_of) {
+  for (int64_t s = 0; s < num_sequences(a); ++s) {
+    const Sequence seq = sequence(a, s);
+    const auto [row0, rows] = rows_of(seq);
+    for (int64_t i = row0; i < row0 + rows; ++i)
+      for (int64_t h = 0; h < t.heads; ++h) {
+        const int64_t o = t.offset(seq.batch, i, h), di = dense_index(t, seq.batch, i, h);
+        for (int64_t x = 0; x < t.dim; ++x) store_from_float(t.data, t.dtype, o + x, static_cast<float>(dense[di + x]));
+      }
+  }
+}
+
+std::pair<int64_t, int64_t> q_rows(const Sequence& s) { return {s.q_start, s.mask.seqlen_q}; }
+std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_rows}; }
+
+}  // namespace
+
+ForwardValues forward_values(const ForwardArgs& a, Precision p) {
+  validate(a);
+  return p == Precision::fp64 ? forward_impl<double>(a) : forward_impl<float>(a);
+}
+
+BackwardValues backward_values(const BackwardArgs& a, Precision p) {
+  validate(a);
+  return p == Precision::fp64 ? backward_impl<double>(a) : backward_impl<float>(a);
+}
+
+void forward(const ForwardArgs& a, Precision p) {
+  const ForwardValues r = forward_values(a, p);
+  scatter(a, r.out, a.out, q_rows);
+  if (a.lse)
+    for (int64_t s = 0; s < num_sequences(a); ++s) {
+      const Sequence seq = sequence(a, s);
+      for (int64_t h = 0; h < a.q.heads; ++h)
+        for (int64_t i = 0; i < seq.mask.seqlen_q; ++i) {
+          const int64_t li = lse_index(a, seq, h, i);
+          a.lse[li] = static_cast<float>(r.lse[li]);
+        }
+    }
+}
+
+void backward(const BackwardArgs& a, Precision p) {
+  const BackwardValues r = backward_values(a, p);
+  scatter(a, r.dq, a.dq, q_rows);
+  scatter(a, r.dk, a.dk, k_rows);
+  scatter(a, r.dv, a.dv, k_rows);
+}
+
+}  // namespace flashattn::reference

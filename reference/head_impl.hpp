@@ -1,0 +1,144 @@
+// The oracle's one-head passes, templated on the accumulation type so the same code is the fp64
+// oracle (Acc = double, no rounding) and the naive same-precision algorithm (Acc = float, every
+// intermediate rounded to the input dtype). Internal to reference/.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "flashattn/convert.hpp"
+#include "flashattn/reference.hpp"
+
+namespace flashattn::reference::detail {
+
+// Rounds an intermediate to the dtype a naive implementation would store it in (or not at all).
+template <class Acc>
+struct Rounding {
+  bool on = false;
+  DType dtype = DType::f32;
+  Acc operator()(Acc x) const { return on ? static_cast<Acc>(round_to(dtype, static_cast<float>(x))) : x; }
+};
+
+// Materialised intermediates of one head: S after softcap/ALiBi/mask, P, and the capped scores
+// (before ALiBi) that the softcap derivative needs.
+template <class Acc>
+struct HeadTiles {
+  std::vector<Acc> s, capped, p;  // [nq x nk] each
+};
+
+// Passes 1-5: S = scale·Q Kᵀ, softcap, ALiBi, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij).
+template <class Acc>
+void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> rnd, HeadTiles<Acc>& t, Acc* lse) {
+  const int64_t nq = h.nq, nk = h.nk, d = h.d;
+  const Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  t.s.assign(nq * nk, 0);
+  t.capped.assign(nq * nk, 0);
+  t.p.assign(nq * nk, 0);
+  const Acc scale = rnd(static_cast<Acc>(h.scale)), cap = static_cast<Acc>(h.softcap);
+  const Acc slope = static_cast<Acc>(h.slope);
+  for (int64_t i = 0; i < nq; ++i) {
+    for (int64_t j = 0; j < nk; ++j) {
+      // 1. S = scale · q·k
+      Acc dot = 0;
+      for (int64_t x = 0; x < d; ++x) dot += q[i * d + x] * k[j * d + x];
+      Acc s = rnd(scale * rnd(dot));
+      // 2. soft-capping: S = c · tanh(S / c)
+      if (cap > 0) s = rnd(cap * rnd(std::tanh(rnd(s / cap))));
+      t.capped[i * nk + j] = s;
+      // 3. ALiBi: S -= slope · |i + Nk − Nq − j|
+      if (slope != 0) s = rnd(s - slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
+      // 4. mask: invisible keys are −∞
+      t.s[i * nk + j] = h.mask.visible(i, j) ? s : kNegInf;
+    }
+    // 5. P = softmax(S) per row; a row with no visible key keeps P = 0 and LSE = −∞.
+    Acc m = kNegInf;
+    for (int64_t j = 0; j < nk; ++j) m = std::fmax(m, t.s[i * nk + j]);
+    if (m == kNegInf) {
+      lse[i] = kNegInf;
+      continue;
+    }
+    Acc sum = 0;
+    for (int64_t j = 0; j < nk; ++j) sum += std::exp(t.s[i * nk + j] - m);
+    for (int64_t j = 0; j < nk; ++j) t.p[i * nk + j] = rnd(std::exp(t.s[i * nk + j] - m) / sum);
+    lse[i] = m + std::log(sum);
+  }
+}
+
+// Pass 6: O = P V.
+template <class Acc>
+void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> rnd, Acc* out) {
+  for (int64_t i = 0; i < h.nq; ++i)
+    for (int64_t x = 0; x < h.d; ++x) {
+      Acc o = 0;
+      for (int64_t j = 0; j < h.nk; ++j) o += t.p[i * h.nk + j] * v[j * h.d + x];
+      out[i * h.d + x] = rnd(o);
+    }
+}
+
+template <class Acc>
+void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Rounding<Acc> rnd, Acc* out, Acc* lse) {
+  HeadTiles<Acc> t;
+  scores_and_probs(h, q, k, rnd, t, lse);
+  output(h, t, v, rnd, out);
+}
+
+// Backward of one head with P materialised. dq, dk, dv are overwritten.
+template <class Acc>
+void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, const Acc* dout, Rounding<Acc> rnd,
+                   Acc* dq, Acc* dk, Acc* dv) {
+  const int64_t nq = h.nq, nk = h.nk, d = h.d;
+  HeadTiles<Acc> t;
+  std::vector<Acc> lse(nq), out(nq * d), delta(nq), ds(nq * nk);
+  scores_and_probs(h, q, k, rnd, t, lse.data());
+  output(h, t, v, rnd, out.data());
+  // 1. D = rowsum(dO ∘ O)
+  for (int64_t i = 0; i < nq; ++i) {
+    Acc s = 0;
+    for (int64_t x = 0; x < d; ++x) s += dout[i * d + x] * out[i * d + x];
+    delta[i] = s;
+  }
+  // 2. dV = Pᵀ dO
+  for (int64_t j = 0; j < nk; ++j)
+    for (int64_t x = 0; x < d; ++x) {
+      Acc s = 0;
+      for (int64_t i = 0; i < nq; ++i) s += t.p[i * nk + j] * dout[i * d + x];
+      dv[j * d + x] = rnd(s);
+    }
+  // 3. dP = dO Vᵀ, 4. dS = P ∘ (dP − D), times the softcap derivative 1 − tanh² = 1 − (capped/c)².
+  const Acc cap = static_cast<Acc>(h.softcap);
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < nk; ++j) {
+      const Acc p = t.p[i * nk + j];
+      if (p == 0) {
+        ds[i * nk + j] = 0;
+        continue;
+      }
+      Acc dp = 0;
+      for (int64_t x = 0; x < d; ++x) dp += dout[i * d + x] * v[j * d + x];
+      Acc g = rnd(p * (rnd(dp) - delta[i]));
+      if (cap > 0) {
+        const Acc th = t.capped[i * nk + j] / cap;
+        g = rnd(g * (1 - th * th));
+      }
+      ds[i * nk + j] = g;
+    }
+  // 5. dQ = scale · dS K, 6. dK = scale · dSᵀ Q
+  const Acc scale = rnd(static_cast<Acc>(h.scale));
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t x = 0; x < d; ++x) {
+      Acc s = 0;
+      for (int64_t j = 0; j < nk; ++j) s += ds[i * nk + j] * k[j * d + x];
+      dq[i * d + x] = rnd(scale * rnd(s));
+    }
+  for (int64_t j = 0; j < nk; ++j)
+    for (int64_t x = 0; x < d; ++x) {
+      Acc s = 0;
+      for (int64_t i = 0; i < nq; ++i) s += ds[i * nk + j] * q[i * d + x];
+      dk[j * d + x] = rnd(scale * rnd(s));
+    }
+}
+
+}  // namespace flashattn::reference::detail
