@@ -1,0 +1,289 @@
+// Backward pass with recomputation. Work item = (sequence, key/value head); one thread does the whole
+// item, so every gradient element is reduced in an order fixed by the tile sizes alone: results are
+// bitwise identical for any thread count and across calls.
+//
+// Per item: D = rowsum(dO∘O) and the operands of every query block of the group's heads are prepared
+// once; then for each key block (dK, dV owned by it), for each query head of the group and each
+// query block (fixed order): recompute P from LSE, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D)
+// (∘ softcap derivative), dK += dSᵀ·Q, dQ += dS·K into an fp32 per-item dQ buffer. Five tile
+// products, S computed once; no buffer grows with seqlen_q·seqlen_k.
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+#include "flashattn/problem.hpp"
+#include "kv.h"
+#include "plan.h"
+#include "rows.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backward.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "gemm-inl.h"
+#include "score-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
+
+namespace {
+
+// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats). The first
+// groups hold one slab per query block bi = (head in group)·nqb + block.
+struct BackwardScratch {
+  int64_t blocks;  // group · nqb slabs
+  float* qt;       // [blocks][d x qpad] scale·Qᵀ
+  float* dot;      // [blocks][d x qpad] dOᵀ
+  float* dqt;      // [blocks][d x qpad] dQᵀ accumulator (fp32)
+  float* qr;       // [blocks][qpad x dpad] Q, rows zero-padded to dpad
+  float* dor;      // [blocks][qpad x dpad] dO
+  float* dd;       // [blocks][qpad] D = rowsum(dO∘O)
+  float* lse;      // [blocks][qpad] LSE, +∞ for rows that see no key (so P = 0)
+  int32_t* kbeg;   // [blocks][qpad] first visible key per row
+  int32_t* kend;   // [blocks][qpad] one past the last visible key
+  float* st;       // [block_k x qpad] Sᵀ, then Pᵀ
+  float* dpt;      // [block_k x qpad] dPᵀ, then dSᵀ
+  float* tt;       // [block_k x qpad] tanh(S/softcap)
+  float* dkt;      // [block_k x dpad] dK of the key block
+  float* dvt;      // [block_k x dpad] dV of the key block
+  float* row;      // [dpad]
+  float* row2;     // [dpad]
+  float* kv;       // [2 x max_k x d] fp32 copy of k, v (16-bit inputs only)
+
+  BackwardScratch(float* s, const Plan& p) {
+    blocks = p.group * ceil_div(p.max_q, p.block_q);
+    const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad;
+    qt = s;
+    dot = qt + blocks * tq;
+    dqt = dot + blocks * tq;
+    qr = dqt + blocks * tq;
+    dor = qr + blocks * tr;
+    dd = dor + blocks * tr;
+    lse = dd + blocks * p.qpad;
+    kbeg = reinterpret_cast<int32_t*>(lse + blocks * p.qpad);
+    kend = kbeg + blocks * p.qpad;
+    st = reinterpret_cast<float*>(kend + blocks * p.qpad);
+    dpt = st + p.block_k * p.qpad;
+    tt = dpt + p.block_k * p.qpad;
+    dkt = tt + p.block_k * p.qpad;
+    dvt = dkt + p.block_k * p.dpad;
+    row = dvt + p.block_k * p.dpad;
+    row2 = row + p.dpad;
+    kv = row2 + p.dpad;
+  }
+};
+
+// Sᵀ ← exp(Sᵀ − LSE) lane-wise: P recomputed from the forward's log-sum-exp.
+template <class D>
+HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W,
+                            const float* HWY_RESTRICT lse) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t w = 0; w < W; w += L) {
+    const auto m = hn::Load(d, lse + w);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* s = st + j * ld + w;
+      hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, s), m)), d, s);
+    }
+  }
+}
+
+// dSᵀ ← scale · Pᵀ∘(dPᵀ − D) [∘(1 − t²) with soft-capping], in place of dPᵀ.
+template <class D>
+HWY_INLINE void GradScores(D d, const float* HWY_RESTRICT pt, float* HWY_RESTRICT dpt,
+                           const float* HWY_RESTRICT tt, int64_t ld, int64_t nk, int64_t W,
+                           const float* HWY_RESTRICT dd, float scale) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto sc = hn::Set(d, scale);
+  const auto one = hn::Set(d, 1.0f);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto dv = hn::Load(d, dd + w);
+    for (int64_t j = 0; j < nk; ++j) {
+      const int64_t o = j * ld + w;
+      auto ds = hn::Mul(hn::Load(d, pt + o), hn::Sub(hn::Load(d, dpt + o), dv));
+      if (tt) {
+        const auto t = hn::Load(d, tt + o);
+        ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
+      }
+      hn::Store(hn::Mul(ds, sc), d, dpt + o);
+    }
+  }
+}
+
+// Prepares the operands of query block qb of query head h (slab bi): Qᵀ·scale, dOᵀ, Q, dO, D, LSE,
+// key ranges, dQᵀ = 0. Padded rows are zero and see no key.
+void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, const Sequence& seq,
+                  int64_t h, int64_t qb, int64_t bi, float scale) {
+  const Mask& mask = seq.mask;
+  const int64_t r0 = qb * p.block_q;
+  const int64_t rows = std::min(p.block_q, mask.seqlen_q - r0);
+  const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
+  const float inf = std::numeric_limits<float>::infinity();
+  float* qt = w.qt + bi * dim * ld;
+  float* dot = w.dot + bi * dim * ld;
+  float* dqt = w.dqt + bi * dim * ld;
+  float* qr = w.qr + bi * ld * dp;
+  float* dor = w.dor + bi * ld * dp;
+  for (int64_t i = 0; i < ld; ++i) {
+    float* qi = qr + i * dp;
+    float* doi = dor + i * dp;
+    float dsum = 0.0f;
+    if (i < rows) {
+      const int64_t r = seq.q_start + r0 + i;
+      load_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim, qi);
+      load_row(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim, doi);
+      load_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, w.row);
+      for (int64_t x = 0; x < dim; ++x) dsum += doi[x] * w.row[x];  // D = rowsum(dO∘O)
+      const float l = a.lse[lse_index(a, seq, h, r0 + i)];
+      w.lse[bi * ld + i] = l == -inf ? inf : l;
+      w.kbeg[bi * ld + i] = static_cast<int32_t>(mask.key_begin(r0 + i));
+      w.kend[bi * ld + i] = static_cast<int32_t>(mask.key_end(r0 + i));
+    } else {
+      for (int64_t x = 0; x < dim; ++x) qi[x] = doi[x] = 0.0f;
+      w.lse[bi * ld + i] = inf;
+      w.kbeg[bi * ld + i] = w.kend[bi * ld + i] = 0;
+    }
+    for (int64_t x = dim; x < dp; ++x) qi[x] = doi[x] = 0.0f;
+    w.dd[bi * ld + i] = dsum;
+    for (int64_t x = 0; x < dim; ++x) {
+      qt[x * ld + i] = qi[x] * scale;
+      dot[x * ld + i] = doi[x];
+      dqt[x * ld + i] = 0.0f;
+    }
+  }
+}
+
+// Computes dk, dv of head kvh and dq of its query heads, for sequence s.
+void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, int64_t s,
+                  int64_t kvh) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const Sequence seq = sequence(a, s);
+  const Mask& mask = seq.mask;
+  const int64_t nq = mask.seqlen_q, nk = mask.seqlen_k, g = p.group;
+  const int64_t nqb = ceil_div(nq, p.block_q);
+  const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
+  const int64_t Wd = round_up(dim, L);
+  const float scale = effective_scale(a);
+
+  for (int64_t hh = 0; hh < g; ++hh) {
+    for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, kvh * g + hh, qb, hh * nqb + qb, scale);
+  }
+
+  Rows k, v;
+  if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v);
+  TileScores ts;
+  ts.diag = mask.diag();
+  ts.softcap = a.softcap;
+  for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
+    const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
+    std::fill(w.dkt, w.dkt + nkb * dp, 0.0f);
+    std::fill(w.dvt, w.dvt + nkb * dp, 0.0f);
+    const float* kb = k.data + c0 * k.ld;
+    const float* vb = v.data + c0 * v.ld;
+    for (int64_t hh = 0; hh < g; ++hh) {
+      const int64_t h = kvh * g + hh;
+      ts.slope = alibi_slope(a, s, h);
+      const bool transform = ts.softcap > 0 || ts.slope != 0;
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
+        const TileKind kind = mask.classify(r0, r1, c0, c1);
+        if (kind == TileKind::empty) continue;
+        const int64_t W = round_up(rows, L), bi = hh * nqb + qb;
+        const float* qt = w.qt + bi * dim * ld;
+        const float* dot = w.dot + bi * dim * ld;
+        float* dqt = w.dqt + bi * dim * ld;
+        const float* qr = w.qr + bi * ld * dp;
+        const float* dor = w.dor + bi * ld * dp;
+        // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · scale·Qᵀ[x][i])
+        Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
+        ts.c0 = c0;
+        ts.r0 = r0;
+        if (transform) TransformScores(d, w.st, ld, nkb, W, ts, ts.softcap > 0 ? w.tt : nullptr);
+        if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld);
+        // P = exp(S − LSE)
+        ExpMinusLse(d, w.st, ld, nkb, W, w.lse + bi * ld);
+        // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
+        Gemm(d, nkb, W, vb, v.ld, 1, dot, ld, dim, w.dpt, ld, false);
+        // dS = scale · P∘(dP − D) [∘(1 − t²)]
+        GradScores(d, w.st, w.dpt, ts.softcap > 0 ? w.tt : nullptr, ld, nkb, W, w.dd + bi * ld, scale);
+        // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
+        Gemm(d, nkb, Wd, w.st, ld, 1, dor, dp, rows, w.dvt, dp, true);
+        // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
+        Gemm(d, nkb, Wd, w.dpt, ld, 1, qr, dp, rows, w.dkt, dp, true);
+        // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
+        Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, dqt, ld, true);
+      }
+    }
+    for (int64_t j = 0; j < nkb; ++j) {
+      const int64_t r = seq.k_start + c0 + j;
+      store_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim, w.dkt + j * dp);
+      store_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim, w.dvt + j * dp);
+    }
+  }
+  // Keys past seqlens_k are never visible: zero gradient.
+  for (int64_t j = nk; j < seq.k_rows; ++j) {
+    const int64_t r = seq.k_start + j;
+    store_zero_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim);
+    store_zero_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim);
+  }
+  for (int64_t hh = 0; hh < g; ++hh) {
+    for (int64_t qb = 0; qb < nqb; ++qb) {
+      const int64_t r0 = qb * p.block_q, rows = std::min(p.block_q, nq - r0), bi = hh * nqb + qb;
+      const float* dqt = w.dqt + bi * dim * ld;
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t x = 0; x < dim; ++x) w.row[x] = dqt[x * ld + i];
+        store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, kvh * g + hh), dim,
+                  w.row);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// Runs the whole backward call on this target: work items (sequence, key/value head) are claimed
+// dynamically and each writes only its own dq, dk, dv rows.
+void BackwardTarget(const BackwardArgs& a, const Plan& p) {
+  const int64_t heads = a.k.heads;
+  const int64_t items = num_sequences(a) * heads;
+  if (items == 0) return;
+  const size_t floats = backward_scratch_floats(p);
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(p.threads)
+  {
+    float* scratch = nullptr;
+    try {
+      scratch = thread_scratch(floats);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      error = std::current_exception();
+    }
+    KvCopy held;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      if (!scratch) continue;
+      BackwardScratch w(scratch, p);
+      BackwardItem(a, p, w, held, it / heads, it % heads);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace flashattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace flashattn::cpu {
+HWY_EXPORT(BackwardTarget);
+
+void detail::backward_on_target(int64_t target, const BackwardArgs& a, const Plan& p) {
+  HWY_DISPATCH_TABLE(BackwardTarget)[dispatch_index(target)](a, p);
+}
+}  // namespace flashattn::cpu
+#endif  // HWY_ONCE

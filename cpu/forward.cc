@@ -1,0 +1,174 @@
+// Forward pass: for each (sequence, query head, block of query rows) walk the key blocks that the
+// rows can see, S = Q·Kᵀ into a small fp32 tile, mask only partial tiles, online softmax,
+// O += P·V; finally O /= l and LSE = m + log l. Only out and lse are written.
+//
+// Layout: the query rows of a block run along the vector lanes (Qᵀ, Sᵀ, Oᵀ are [. x qpad]), so the
+// K and V rows are broadcast from memory in place (f32) or from one fp32 copy per head (f16, bf16),
+// and row max / row sum are lane-wise.
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+#include "flashattn/problem.hpp"
+#include "plan.h"
+#include "kv.h"
+#include "rows.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "forward.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "gemm-inl.h"
+#include "score-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
+
+namespace {
+
+// Views one forward work item's scratch (sizes in plan.cpp: forward_scratch_floats).
+struct ForwardScratch {
+  float* qt;      // [d x qpad] scale·Qᵀ
+  float* ot;      // [d x qpad] Oᵀ accumulator
+  float* st;      // [block_k x qpad] Sᵀ, then Pᵀ
+  float* m;       // [qpad] running row max
+  float* l;       // [qpad] running row sum
+  float* alpha;   // [qpad] rescale factor of the last step
+  int32_t* kbeg;  // [qpad] first visible key per row
+  int32_t* kend;  // [qpad] one past the last visible key per row
+  float* row;     // [dpad] one row in fp32
+  float* kv;      // [2 x max_k x d] fp32 copy of k, v (16-bit inputs only)
+
+  ForwardScratch(float* s, const Plan& p) {
+    qt = s;
+    ot = qt + p.dim * p.qpad;
+    st = ot + p.dim * p.qpad;
+    m = st + p.block_k * p.qpad;
+    l = m + p.qpad;
+    alpha = l + p.qpad;
+    kbeg = reinterpret_cast<int32_t*>(alpha + p.qpad);
+    kend = kbeg + p.qpad;
+    row = reinterpret_cast<float*>(kend + p.qpad);
+    kv = row + p.dpad;
+  }
+};
+
+// Computes rows [r0, r0 + block_q) of query head h of sequence s.
+void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy& held, int64_t s,
+                 int64_t h, int64_t qb) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const Sequence seq = sequence(a, s);
+  const Mask& mask = seq.mask;
+  const int64_t r0 = qb * p.block_q;
+  if (r0 >= mask.seqlen_q) return;
+  const int64_t r1 = std::min(r0 + p.block_q, mask.seqlen_q);
+  const int64_t rows = r1 - r0;
+  const int64_t W = round_up(rows, L);
+  const int64_t ld = p.qpad, dim = p.dim;
+  const float scale = effective_scale(a);
+  const float inf = std::numeric_limits<float>::infinity();
+
+  // Qᵀ (times scale), Oᵀ = 0, row state; padded lanes see no key.
+  for (int64_t i = 0; i < W; ++i) {
+    if (i < rows) {
+      load_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
+      for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = w.row[x] * scale;
+      w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
+      w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
+    } else {
+      for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = 0.0f;
+      w.kbeg[i] = w.kend[i] = 0;
+    }
+    for (int64_t x = 0; x < dim; ++x) w.ot[x * ld + i] = 0.0f;
+    w.m[i] = -inf;
+    w.l[i] = 0.0f;
+  }
+
+  const int64_t key_lo = mask.rows_key_begin(r0), key_hi = mask.rows_key_end(r1);
+  if (key_lo < key_hi) {
+    Rows k, v;
+    head_kv(a, p, seq, kv_head(h, a.q.heads, a.k.heads), w.kv, held, k, v);
+    TileScores ts;
+    ts.r0 = r0;
+    ts.diag = mask.diag();
+    ts.softcap = a.softcap;
+    ts.slope = alibi_slope(a, s, h);
+    const bool transform = ts.softcap > 0 || ts.slope != 0;
+    for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
+      const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
+      const TileKind kind = mask.classify(r0, r1, c0, c1);
+      if (kind == TileKind::empty) continue;
+      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · scale·Qᵀ[x][i])
+      Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false);
+      ts.c0 = c0;
+      if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
+      if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend);
+      // P = exp(S − m'), l' = l·α + rowsum(P), O ·= α
+      OnlineSoftmax(d, w.st, ld, nk, W, w.m, w.l, w.alpha);
+      RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
+      // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
+      Gemm(d, dim, W, v.data + c0 * v.ld, 1, v.ld, w.st, ld, nk, w.ot, ld, true);
+    }
+  }
+
+  // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞.
+  for (int64_t i = 0; i < rows; ++i) {
+    const float l = w.l[i];
+    const float inv = l > 0 ? 1.0f / l : 0.0f;
+    for (int64_t x = 0; x < dim; ++x) w.row[x] = w.ot[x * ld + i] * inv;
+    store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
+    if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 ? w.m[i] + std::log(l) : -inf;
+  }
+}
+
+}  // namespace
+
+// Runs the whole forward call on this target: work items (sequence, head, query block) are claimed
+// dynamically; each writes its own rows, so the result does not depend on the thread count.
+void ForwardTarget(const ForwardArgs& a, const Plan& p) {
+  const int64_t nqb = ceil_div(p.max_q, p.block_q);
+  const int64_t heads = a.q.heads;
+  const int64_t items = num_sequences(a) * heads * nqb;
+  if (items == 0) return;
+  const size_t floats = forward_scratch_floats(p);
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(p.threads)
+  {
+    float* scratch = nullptr;
+    try {
+      scratch = thread_scratch(floats);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      error = std::current_exception();
+    }
+    KvCopy held;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      if (!scratch) continue;
+      ForwardScratch w(scratch, p);
+      const int64_t qb = it % nqb, h = (it / nqb) % heads, s = it / (nqb * heads);
+      ForwardItem(a, p, w, held, s, h, qb);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace flashattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace flashattn::cpu {
+HWY_EXPORT(ForwardTarget);
+
+void detail::forward_on_target(int64_t target, const ForwardArgs& a, const Plan& p) {
+  HWY_DISPATCH_TABLE(ForwardTarget)[dispatch_index(target)](a, p);
+}
+}  // namespace flashattn::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,105 @@
+// Register-blocked fp32 micro-kernels for the tile products of forward and backward:
+//   C[a][w] (+)= Σ_b A(a, b) · B[b][w],   A(a, b) = A[a·sa + b·sb] (broadcast), B and C row-major.
+// Every product of the algorithm has this shape, with w running along query rows (S = Q·Kᵀ,
+// O += P·V, dP = dO·Vᵀ, dQ += dS·K in the transposed layout) or along the head dim (dV += Pᵀ·dO,
+// dK += dSᵀ·Q). A is read as scalars (strided, so K and V rows are used in place), B and C as full
+// vectors: the width W is a multiple of the lane count and B, C are vector-aligned.
+//
+// Per-target include guard (Highway's toggle idiom): re-included once per target by foreach_target.
+#if defined(FLASHATTN_CPU_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASHATTN_CPU_GEMM_INL_H_
+#undef FLASHATTN_CPU_GEMM_INL_H_
+#else
+#define FLASHATTN_CPU_GEMM_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Register block: kRowsA rows of A times kVecsB vectors of B, kRowsA·kVecsB accumulators. AVX-512
+// has 32 registers: 6 x 4 = 24 accumulators + 4 B vectors + 1 broadcast; two FMA pipes of latency 4
+// need >= 8 independent accumulators. 16-register targets use 4 x 2.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kRowsA = 6;
+constexpr int kVecsB = 4;
+#elif HWY_TARGET == HWY_SCALAR
+constexpr int kRowsA = 4;
+constexpr int kVecsB = 4;
+#else
+constexpr int kRowsA = 4;
+constexpr int kVecsB = 2;
+#endif
+
+// One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors].
+template <int MA, int NV, class D>
+HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t sb,
+                          const float* HWY_RESTRICT B, int64_t ldb, int64_t nb, float* HWY_RESTRICT C,
+                          int64_t ldc, bool accumulate) {
+  using V = hn::Vec<D>;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  V acc[MA][NV];
+  for (int r = 0; r < MA; ++r) {
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = accumulate ? hn::Load(d, C + r * ldc + v * L) : hn::Zero(d);
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, B + b * ldb + v * L);
+    const float* HWY_RESTRICT ab = A + b * sb;
+    for (int r = 0; r < MA; ++r) {
+      const V av = hn::Set(d, ab[r * sa]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MA; ++r) {
+    for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, C + r * ldc + v * L);
+  }
+}
+
+// Runs the rows [0, na) of one column panel of NV vectors, kRowsA rows at a time.
+template <int NV, class D>
+HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t sb, const float* B,
+                          int64_t ldb, int64_t nb, float* C, int64_t ldc, bool accumulate) {
+  int64_t a = 0;
+  for (; a + kRowsA <= na; a += kRowsA) {
+    GemmBlock<kRowsA, NV>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate);
+  }
+  const float* At = A + a * sa;
+  float* Ct = C + a * ldc;
+  switch (na - a) {
+    case 1: GemmBlock<1, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
+    case 2: GemmBlock<2, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
+    case 3: GemmBlock<3, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
+    case 4: GemmBlock<4, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
+    case 5: GemmBlock<5, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
+    default: break;  // 0 left (kRowsA <= 6)
+  }
+  static_assert(kRowsA <= 6, "the tail switch covers at most 5 leftover rows");
+}
+
+// C[na x W] (+)= A(na x nb) · B[nb x W]; W a multiple of Lanes(d); ldb, ldc in floats.
+// With accumulate == false C is overwritten (nb may be 0: C becomes 0).
+template <class D>
+HWY_NOINLINE void Gemm(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
+                       const float* B, int64_t ldb, int64_t nb, float* C, int64_t ldc, bool accumulate) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t nvec = W / L;
+  int64_t v = 0;
+  for (; v + kVecsB <= nvec; v += kVecsB) {
+    GemmPanel<kVecsB>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate);
+  }
+  for (; v < nvec; ++v) {
+    GemmPanel<1>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate);
+  }
+}
+
+}  // namespace flashattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASHATTN_CPU_GEMM_INL_H_

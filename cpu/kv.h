@@ -1,0 +1,48 @@
+// K and V of one (sequence, key/value head) as fp32 rows, the operand form both passes broadcast
+// from: f32 tensors are used in place (row stride = the tensor's stride_seq), 16-bit ones are widened
+// once per head into a per-thread copy and reused while consecutive work items stay on that head.
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn/problem.hpp"
+#include "plan.h"
+#include "rows.h"
+
+namespace flashattn::cpu::detail {
+
+// Which head's k, v a thread's fp32 copy holds.
+struct KvCopy {
+  uint64_t call_id = 0;
+  int64_t sequence = -1, head = -1;
+};
+
+// A K or V matrix as fp32 rows: element (j, x) at data[j·ld + x].
+struct Rows {
+  const float* data = nullptr;
+  int64_t ld = 0;
+};
+
+// Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of sequence seq. `copy` has room for
+// 2·max_k·d floats (used only for 16-bit inputs); `held` says what it holds.
+inline void head_kv(const ForwardArgs& a, const Plan& p, const Sequence& seq, int64_t kvh, float* copy,
+                    KvCopy& held, Rows& k, Rows& v) {
+  if (!p.convert_kv) {
+    k = {static_cast<const float*>(a.k.data) + a.k.offset(seq.batch, seq.k_start, kvh), a.k.stride_seq};
+    v = {static_cast<const float*>(a.v.data) + a.v.offset(seq.batch, seq.k_start, kvh), a.v.stride_seq};
+    return;
+  }
+  float* kc = copy;
+  float* vc = copy + p.max_k * p.dim;
+  if (held.call_id != p.call_id || held.sequence != seq.index || held.head != kvh) {
+    for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
+      load_row(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), p.dim, kc + j * p.dim);
+      load_row(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), p.dim, vc + j * p.dim);
+    }
+    held = {p.call_id, seq.index, kvh};
+  }
+  k = {kc, p.dim};
+  v = {vc, p.dim};
+}
+
+}  // namespace flashattn::cpu::detail

@@ -1,0 +1,69 @@
+// The per-call plan and the per-thread scratch sizes (see plan.h).
+#include "plan.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "flashattn/error.hpp"
+#include "flashattn/problem.hpp"
+
+namespace flashattn::cpu::detail {
+namespace {
+
+std::atomic<uint64_t> g_next_call_id{1};
+
+// Returns the most rows any sequence has in cu (varlen) or `rows` (fixed batch).
+int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
+  if (!cu) return rows;
+  int64_t m = 0;
+  for (int64_t s = 0; s < count; ++s) m = std::max<int64_t>(m, cu[s + 1] - cu[s]);
+  return m;
+}
+
+}  // namespace
+
+Plan make_plan(const ForwardArgs& a, const Config& c) {
+  if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
+  if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
+  if (c.threads < 0) throw Error("cpu::Config.threads (" + std::to_string(c.threads) + ") must be >= 0");
+  Plan p;
+  p.dim = a.q.dim;
+  p.block_q = c.block_q > 0 ? c.block_q : kDefaultBlockQ;
+  p.block_k = c.block_k > 0 ? c.block_k : (p.dim > kLargeHeadDim ? kDefaultBlockKLargeD : kDefaultBlockK);
+  p.qpad = round_up(p.block_q, kMaxLanes);
+  p.dpad = round_up(std::max<int64_t>(p.dim, 1), kMaxLanes);
+  p.threads = c.threads > 0 ? c.threads : omp_get_max_threads();
+  const int64_t nseq = num_sequences(a);
+  p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
+  p.max_k = max_rows(a.cu_seqlens_k, nseq, a.k.seq);
+  p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
+  p.convert_kv = a.k.dtype != DType::f32;
+  p.call_id = g_next_call_id.fetch_add(1);
+  return p;
+}
+
+// Forward, per thread: Qᵀ and Oᵀ [d x qpad], S/P [block_k x qpad], row state (max, sum, alpha,
+// key range as int32) 5 x qpad, one row buffer [dpad]; with 16-bit k, v also their fp32 copy of one
+// head [max_k x d] each.
+size_t forward_scratch_floats(const Plan& p) {
+  size_t n = 2 * p.dim * p.qpad + p.block_k * p.qpad + 5 * p.qpad + p.dpad;
+  if (p.convert_kv) n += 2 * p.max_k * p.dim;
+  return n;
+}
+
+// Backward, per thread, for one (sequence, key/value head) with group·nqb query blocks: Qᵀ (scaled),
+// dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, key range (2) [qpad]; tiles S/P, dP/dS
+// and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with 16-bit k, v their
+// fp32 copy [max_k x d] each.
+size_t backward_scratch_floats(const Plan& p) {
+  const size_t blocks = p.group * ceil_div(p.max_q, p.block_q);
+  size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 4 * p.qpad);
+  n += 3 * p.block_k * p.qpad + 2 * p.block_k * p.dpad + 2 * p.dpad;
+  if (p.convert_kv) n += 2 * p.max_k * p.dim;
+  return n;
+}
+
+}  // namespace flashattn::cpu::detail

@@ -1,0 +1,68 @@
+// Internal interface of flashattn::cpu: the per-call plan (tile sizes, threads, target) and the
+// per-thread scratch layout shared by the kernels and workspace_bytes. Includes only hwy/base.h
+// (STYLE.md #8); the SIMD code lives in forward.cc / backward.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashattn/args.hpp"
+#include "flashattn/cpu.hpp"
+#include "hwy/base.h"
+
+namespace flashattn::cpu::detail {
+
+// Widest float vector of any compiled target (AVX-512: 16 lanes). Tile rows and padded head dims are
+// rounded up to it, so the scratch layout does not depend on the target that runs.
+constexpr int64_t kMaxLanes = 16;
+
+// Default query rows per tile: 4 AVX-512 vectors. The S and P tiles are [block_k x block_q] fp32 and
+// the O accumulator [d x block_q]: at d = 128 they take 32 + 32 KiB, sized for the 1 MiB L2 with the
+// K and V blocks beside them (CPU-NOTES.md).
+constexpr int kDefaultBlockQ = 64;
+// Default key rows per tile (d <= 128), and for larger head dims (keeps K and V blocks within L2).
+constexpr int kDefaultBlockK = 128;
+constexpr int kDefaultBlockKLargeD = 64;
+constexpr int64_t kLargeHeadDim = 128;
+
+// Returns n rounded up to a multiple of m (m > 0).
+constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Returns ceil(n / m) (m > 0).
+constexpr int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
+
+// Everything a kernel needs besides the arguments: chosen once per call.
+struct Plan {
+  int64_t block_q = 0;   // query rows per tile
+  int64_t block_k = 0;   // key rows per tile
+  int64_t qpad = 0;      // block_q rounded up to kMaxLanes: row stride of the transposed tiles
+  int64_t dpad = 0;      // head dim rounded up to kMaxLanes: row stride of row-major padded tiles
+  int64_t dim = 0;       // head dim
+  int threads = 1;       // OpenMP threads
+  int64_t max_q = 0;     // most query rows of one sequence
+  int64_t max_k = 0;     // most key rows of one sequence
+  int64_t group = 1;     // query heads per key/value head
+  bool convert_kv = false;  // k, v are 16-bit: widened to fp32 per head before use
+  uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
+};
+
+// Returns the plan of a validated call (tile sizes from the config or the defaults).
+Plan make_plan(const ForwardArgs& a, const Config& c);
+
+// Floats of per-thread scratch the forward and backward kernels use (the layout is in the kernels;
+// these are its sizes, used both to allocate and to report).
+size_t forward_scratch_floats(const Plan& p);
+size_t backward_scratch_floats(const Plan& p);
+
+// Returns per-thread scratch of at least `floats` floats, aligned to 64 bytes. The buffer belongs to
+// the calling thread and is reused by later calls on that thread (first-touch page faults are costly).
+float* thread_scratch(size_t floats);
+
+// Runs the forward / backward of a validated call on Highway target `target` (one bit).
+void forward_on_target(int64_t target, const ForwardArgs& a, const Plan& p);
+void backward_on_target(int64_t target, const BackwardArgs& a, const Plan& p);
+
+// Returns the index of `target` in a HWY_EXPORT dispatch table of this library.
+size_t dispatch_index(int64_t target);
+
+}  // namespace flashattn::cpu::detail

@@ -1,0 +1,130 @@
+// Element-wise passes over a transposed score tile Sᵀ[j][i] (key j of the tile, query row i in the
+// vector lanes; row stride `ld` floats, columns [0, W) with W a multiple of the lane count): the
+// score transforms of DESIGN.md (soft-capping, then ALiBi), the mask of partial tiles, and the online
+// softmax update of the forward. Rows are lanes, so per-row reductions are lane-wise (no shuffles).
+#if defined(FLASHATTN_CPU_SCORE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLASHATTN_CPU_SCORE_INL_H_
+#undef FLASHATTN_CPU_SCORE_INL_H_
+#else
+#define FLASHATTN_CPU_SCORE_INL_H_
+#endif
+
+#include <cstdint>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Where a tile sits in its sequence and which transforms are on.
+struct TileScores {
+  int64_t c0 = 0;      // key of tile row j = 0
+  int64_t r0 = 0;      // query row of lane 0
+  int64_t diag = 0;    // Mask::diag(): key aligned with query row 0
+  float softcap = 0;   // > 0: S <- softcap·tanh(S/softcap)
+  float slope = 0;     // != 0: S <- S − slope·|i + diag − j|
+};
+
+// Applies soft-capping then ALiBi to st[0, nk) x [0, W). When `tanh_out` is set (backward with
+// soft-capping) it receives t = tanh(S/softcap), from which the derivative 1 − t² follows.
+template <class D>
+HWY_INLINE void TransformScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W,
+                                const TileScores& ts, float* HWY_RESTRICT tanh_out) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  if (ts.softcap > 0) {
+    const auto cap = hn::Set(d, ts.softcap);
+    const auto inv_cap = hn::Set(d, 1.0f / ts.softcap);
+    for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t w = 0; w < W; w += L) {
+        const auto t = hn::Tanh(d, hn::Mul(hn::Load(d, st + j * ld + w), inv_cap));
+        if (tanh_out) hn::Store(t, d, tanh_out + j * ld + w);
+        hn::Store(hn::Mul(cap, t), d, st + j * ld + w);
+      }
+    }
+  }
+  if (ts.slope != 0) {
+    const auto slope = hn::Set(d, ts.slope);
+    for (int64_t w = 0; w < W; w += L) {
+      const auto row = hn::Iota(d, static_cast<float>(ts.r0 + w));  // query row of each lane
+      for (int64_t j = 0; j < nk; ++j) {
+        // |i + diag − j|, exact while sequences stay below 2^24 rows
+        const auto dist = hn::Abs(hn::Add(row, hn::Set(d, static_cast<float>(ts.diag - (ts.c0 + j)))));
+        float* s = st + j * ld + w;
+        hn::Store(hn::NegMulAdd(slope, dist, hn::Load(d, s)), d, s);
+      }
+    }
+  }
+}
+
+// Sets to −∞ every entry whose key c0 + j is outside its row's visible interval
+// [kbeg[i], kend[i]) (Mask::key_begin / key_end of the row: the shared definition of visibility).
+// Called for partial tiles only.
+template <class D>
+HWY_INLINE void MaskScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, int64_t c0,
+                           const int32_t* HWY_RESTRICT kbeg, const int32_t* HWY_RESTRICT kend) {
+  const hn::RebindToSigned<D> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  for (int64_t w = 0; w < W; w += L) {
+    const auto kb = hn::Load(di, kbeg + w);
+    const auto ke = hn::Load(di, kend + w);
+    for (int64_t j = 0; j < nk; ++j) {
+      const int32_t key = static_cast<int32_t>(c0 + j);
+      // kbeg <= key < kend, written with Lt only
+      const auto vis = hn::And(hn::Lt(kb, hn::Set(di, key + 1)), hn::Lt(hn::Set(di, key), ke));
+      float* s = st + j * ld + w;
+      hn::Store(hn::IfThenElse(hn::RebindMask(d, vis), hn::Load(d, s), neg_inf), d, s);
+    }
+  }
+}
+
+// Online softmax step over one tile: per row (lane) m' = max(m, max_j S), P = exp(S − m'),
+// l' = l·exp(m − m') + Σ_j P. Overwrites S with P and writes alpha = exp(m − m'), the factor the
+// output accumulator must be rescaled by. A row that has seen only −∞ keeps m = −∞ and uses 0 in
+// place of m' (the explicit max == −∞ guard), so it gets P = 0 and alpha = 0, never NaN.
+template <class D>
+HWY_INLINE void OnlineSoftmax(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W,
+                              float* HWY_RESTRICT row_max, float* HWY_RESTRICT row_sum,
+                              float* HWY_RESTRICT alpha) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  for (int64_t w = 0; w < W; w += L) {
+    const auto m_old = hn::Load(d, row_max + w);
+    auto m_new = m_old;
+    for (int64_t j = 0; j < nk; ++j) m_new = hn::Max(m_new, hn::Load(d, st + j * ld + w));
+    const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
+    const auto a = hn::Exp(d, hn::Sub(m_old, m_use));
+    auto sum = hn::Zero(d);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* s = st + j * ld + w;
+      const auto pv = hn::Exp(d, hn::Sub(hn::Load(d, s), m_use));
+      hn::Store(pv, d, s);
+      sum = hn::Add(sum, pv);
+    }
+    hn::Store(hn::MulAdd(hn::Load(d, row_sum + w), a, sum), d, row_sum + w);
+    hn::Store(m_new, d, row_max + w);
+    hn::Store(a, d, alpha + w);
+  }
+}
+
+// acc[x][i] *= alpha[i] for x in [0, rows), i in [0, W).
+template <class D>
+HWY_INLINE void RescaleColumns(D d, float* HWY_RESTRICT acc, int64_t ld, int64_t rows, int64_t W,
+                               const float* HWY_RESTRICT alpha) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t w = 0; w < W; w += L) {
+    const auto a = hn::Load(d, alpha + w);
+    for (int64_t x = 0; x < rows; ++x) {
+      float* o = acc + x * ld + w;
+      hn::Store(hn::Mul(hn::Load(d, o), a), d, o);
+    }
+  }
+}
+
+}  // namespace flashattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLASHATTN_CPU_SCORE_INL_H_
