@@ -1,0 +1,73 @@
+// gnuplot output. See plot.hpp.
+#include "plot.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+namespace bench {
+
+namespace {
+
+std::string series_name(const Result& r) {
+  const Problem& p = r.c.problem;
+  std::string s = r.c.impl + " " + pass_name(p.pass) + " " + flashattn::dtype_name(p.dtype) + (p.causal ? " causal" : "") +
+                  " d=" + std::to_string(p.head_dim);
+  if (r.c.impl == "cpu" && (r.c.block_q || r.c.block_k))
+    s += " " + std::to_string(r.c.block_q) + "x" + std::to_string(r.c.block_k);
+  return s;
+}
+
+}  // namespace
+
+bool plot(const std::string& prefix, const MachineInfo& m, const std::vector<Result>& rs) {
+  std::map<std::string, std::vector<const Result*>> series;
+  for (const Result& r : rs)
+    if (r.status == "ok") series[series_name(r)].push_back(&r);
+  if (series.empty()) {
+    std::cerr << "plot: no results to draw\n";
+    return false;
+  }
+  const std::string dat = prefix + ".dat", gp = prefix + ".gp";
+  {
+    std::ofstream f(dat);
+    for (const auto& [name, pts] : series) {
+      f << "# " << name << "\n# seqlen_k gflops extra_bytes\n";
+      for (const Result* r : pts) f << r->c.problem.seqlen_k << ' ' << r->gflops << ' ' << r->extra_bytes << '\n';
+      f << "\n\n";  // gnuplot data set separator (index)
+    }
+  }
+  std::ofstream g(gp);
+  g << "set terminal pngcairo size 1100,700 noenhanced\n"
+    << "set key outside right top\nset grid\nset logscale x 2\nset xlabel 'sequence length (keys)'\n";
+  auto lines = [&](int column) {
+    int i = 0;
+    g << "plot ";
+    for (const auto& entry : series) {
+      g << (i ? ", \\\n     " : "") << "'" << dat << "' index " << i << " using 1:" << column << " with linespoints title '"
+        << entry.first << "'";
+      ++i;
+    }
+    g << '\n';
+  };
+  g << "set output '" << prefix << "-throughput.png'\n"
+    << "set ylabel 'GFLOP/s'\nset title 'throughput (" << m.cpu_model << ", " << m.threads << " threads; FMA peak "
+    << static_cast<int>(m.peak()) << " GFLOP/s)'\n";
+  g << "set arrow from graph 0, first " << m.peak() << " to graph 1, first " << m.peak() << " nohead dt 2\n";
+  lines(2);
+  g << "unset arrow\nset output '" << prefix << "-memory.png'\nset logscale y 2\nset ylabel 'extra memory (bytes)'\n"
+    << "set title 'memory beyond inputs and outputs'\n";
+  lines(3);
+  g.close();
+  const std::string cmd = "gnuplot '" + gp + "'";
+  if (std::system(cmd.c_str()) != 0) {
+    std::cerr << "plot: '" << cmd << "' failed (is gnuplot installed?)\n";
+    return false;
+  }
+  std::cerr << "plot: wrote " << prefix << "-throughput.png and " << prefix << "-memory.png\n";
+  return true;
+}
+
+}  // namespace bench

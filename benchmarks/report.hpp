@@ -1,0 +1,51 @@
+// Results of a benchmark run and their table, JSON and CSV forms.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cases.hpp"
+
+namespace bench {
+
+// One row of results: a case, its timing, memory and check.
+struct Result {
+  Case c;
+  std::string status = "ok";  // "ok", "skipped: …", "error: …"
+  int threads = 0;
+  double ms_min = 0, ms_median = 0;
+  int reps = 0;
+  double flops = 0, gflops = 0, peak_gflops = 0, efficiency = 0;
+  size_t extra_bytes = 0;           // max(measured heap growth, declared)
+  size_t extra_bytes_measured = 0;  // heap growth during the first call (alloc meter)
+  size_t extra_bytes_declared = 0;  // what the implementation states (workspace_bytes, N² buffers)
+  std::string check_against;        // "oracle", "cpu-f32", "standard-f32", "none", "skipped"
+  double check_max_err = 0, check_bound = 0;
+  bool check_passed = false;
+  std::string check_note;
+};
+
+// Machine facts printed with the table and stored in JSON.
+struct MachineInfo {
+  std::string cpu_model, simd_target, blas_core, gpu;
+  int threads = 0;
+  double peak_before = 0, peak_after = 0;  // GFLOP/s, measured right before and after the timings
+  double peak() const { return peak_before > peak_after ? peak_before : peak_after; }
+};
+
+// Prints the results as an aligned table.
+void print_table(std::ostream& os, const std::vector<Result>& rs);
+
+// Writes {"machine": {...}, "results": [...]} with one record per result.
+void write_json(const std::string& path, const MachineInfo& m, const std::vector<Result>& rs);
+
+// Writes a header line and one line per result.
+void write_csv(const std::string& path, const std::vector<Result>& rs);
+
+// Returns "1.23 MiB"-style text for a byte count.
+std::string human_bytes(double bytes);
+
+}  // namespace bench

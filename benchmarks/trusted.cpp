@@ -1,0 +1,119 @@
+// Trusted results and checks. See trusted.hpp.
+#include "trusted.hpp"
+
+#include <algorithm>
+
+#include "flashattn/reference.hpp"
+
+namespace bench {
+
+std::vector<std::string> checked_tensors(Pass p) {
+  if (p == Pass::fwd) return {"out", "lse"};
+  return {"dq", "dk", "dv"};
+}
+
+Trusted::Trusted(const ProblemData& data, const RunSettings& s, std::function<Runner*(const std::string&)> runner)
+    : data_(data), settings_(s), runner_(std::move(runner)) {}
+
+std::vector<std::vector<double>> Trusted::read(const Outputs& o, flashattn::DType t) const {
+  if (data_.problem().pass == Pass::fwd)
+    return {to_doubles(o.out, t, data_.q_elems()), to_doubles(o.lse, flashattn::DType::f32, data_.lse_elems())};
+  return {to_doubles(o.dq, t, data_.q_elems()), to_doubles(o.dk, t, data_.k_elems()), to_doubles(o.dv, t, data_.k_elems())};
+}
+
+const Trusted::Values& Trusted::oracle() {
+  auto it = cache_.find("oracle");
+  if (it != cache_.end()) return it->second;
+  using flashattn::reference::Precision;
+  Outputs scratch = data_.make_outputs();
+  Values v;
+  if (data_.problem().pass == Pass::fwd) {
+    const flashattn::ForwardArgs a = data_.forward_args(scratch);
+    for (Precision p : {Precision::fp64, Precision::same_as_input}) {
+      auto r = flashattn::reference::forward_values(a, p);
+      (p == Precision::fp64 ? v.ref : v.same) = {std::move(r.out), std::move(r.lse)};
+    }
+  } else {
+    const flashattn::BackwardArgs a = data_.backward_args(scratch);
+    for (Precision p : {Precision::fp64, Precision::same_as_input}) {
+      auto r = flashattn::reference::backward_values(a, p);
+      (p == Precision::fp64 ? v.ref : v.same) = {std::move(r.dq), std::move(r.dk), std::move(r.dv)};
+    }
+  }
+  return cache_.emplace("oracle", std::move(v)).first->second;
+}
+
+const Trusted::Values* Trusted::fp32_by(const std::string& name) {
+  auto it = cache_.find(name);
+  if (it != cache_.end()) return &it->second;
+  if (refused_.count(name)) return nullptr;
+  Runner* r = runner_(name);
+  ProblemData wide = data_.widened();
+  Case c{name, wide.problem(), 0, 0};
+  const std::string why = r ? r->refuse(c, settings_) : "not built";
+  if (!why.empty()) {
+    refused_[name] = why;
+    return nullptr;
+  }
+  Outputs o = wide.make_outputs();
+  flashattn::BackwardArgs a = wide.backward_args(o);
+  r->forward(a, c, c.problem.pass == Pass::bwd);
+  if (c.problem.pass == Pass::bwd) r->backward(a, c);
+  Values v;
+  v.ref = read(o, flashattn::DType::f32);
+  // read() uses data_'s element counts, which the widened copy shares.
+  return &cache_.emplace(name, std::move(v)).first->second;
+}
+
+CheckResult Trusted::check(const std::string& impl, const Outputs& o) {
+  const Problem& p = data_.problem();
+  const std::vector<std::string> names = checked_tensors(p.pass);
+  const std::vector<std::vector<double>> got = read(o, p.dtype);
+  CheckResult res;
+  auto finish = [&]() {
+    res.passed = true;
+    double worst = -1;
+    for (const TensorCheck& t : res.tensors) {
+      res.passed = res.passed && t.passed;
+      const double ratio = t.bound > 0 ? t.max_err / t.bound : (t.max_err > 0 ? 1e300 : 0);
+      if (!t.passed) res.note += (res.note.empty() ? "" : "; ") + t.name + (t.detail.empty() ? " over bound" : ": " + t.detail);
+      if (ratio > worst) {
+        worst = ratio;
+        res.max_err = t.max_err;
+        res.bound = t.bound;
+      }
+    }
+    return res;
+  };
+  if (oracle_cost(p) <= settings_.oracle_limit) {
+    const Values& v = oracle();
+    res.against = "oracle";
+    for (size_t t = 0; t < names.size(); ++t) {
+      const bool is_lse = names[t] == "lse";
+      res.tensors.push_back(check_vs_oracle(names[t], got[t], v.ref[t], v.same[t], is_lse ? flashattn::DType::f32 : p.dtype,
+                                            p.pass == Pass::fwd ? kCOut : kCGrad));
+    }
+    return finish();
+  }
+  // Too big for the oracle: another fp32 implementation; the CPU backend is checked by the
+  // independent standard baseline, everything else by the CPU backend first.
+  std::vector<std::string> order = impl == "cpu" ? std::vector<std::string>{"standard"} : std::vector<std::string>{"cpu", "standard"};
+  order.erase(std::remove(order.begin(), order.end(), impl), order.end());
+  for (const std::string& name : order) {
+    const Values* v = fp32_by(name);
+    if (!v) continue;
+    res.against = name + "-f32";
+    for (size_t t = 0; t < names.size(); ++t)
+      res.tensors.push_back(check_vs_trusted_f32(names[t], got[t], v->ref[t], p.dtype, p.pass == Pass::fwd ? kCOut : kCGrad,
+                                                 p.seqlen_q, p.seqlen_k));
+    return finish();
+  }
+  res.against = "none";
+  res.passed = false;
+  res.note = "no trusted implementation fits this size";
+  for (const auto& [name, why] : refused_) res.note += "; " + name + ": " + why;
+  res.note += " (use --no-check to time it unchecked)";
+  return res;
+}
+
+}  // namespace bench
