@@ -1,0 +1,23 @@
+# flashattn_unit: doctest unit tests of the public API (validation, conversions, the mask definition,
+# merge, problem geometry). Each test case is registered with ctest on its own.
+find_package(doctest CONFIG REQUIRED)
+include(doctest)
+
+add_executable(flashattn_unit
+  ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_convert.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_mask.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_merge.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_problem.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_forward.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_backward.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_varlen.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_accepts.cpp)
+target_link_libraries(flashattn_unit PRIVATE flashattn::reference doctest::doctest)
+target_compile_options(flashattn_unit PRIVATE -Wall -Wextra)
+# Bad arguments must also be rejected, writing nothing, by the CPU backend's entry points.
+if(TARGET flashattn::cpu)
+  target_link_libraries(flashattn_unit PRIVATE flashattn::cpu)
+  target_compile_definitions(flashattn_unit PRIVATE FLASHATTN_UNIT_HAS_CPU)
+endif()
+doctest_discover_tests(flashattn_unit TEST_PREFIX "unit/")
