@@ -41,7 +41,7 @@ bool plot(const std::string& prefix, const MachineInfo& m, const std::vector<Res
   }
   std::ofstream g(gp);
   g << "set terminal pngcairo size 1100,700 noenhanced\n"
-    << "set key outside right top\nset grid\nset logscale x 2\nset xlabel 'sequence length (keys)'\n";
+    << "set key below\nset grid\nset logscale x 2\nset xlabel 'sequence length (keys)'\n";
   auto lines = [&](int column) {
     int i = 0;
     g << "plot ";
