@@ -1,0 +1,288 @@
+// flashattn::gpu entry points: validation on a host copy of the arguments, GPU-specific checks,
+// parameter blocks, scratch memory and the runtime → compile-time dispatch over the variant table.
+#include "flashattn/gpu.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "flashattn/error.hpp"
+#include "flashattn/problem.hpp"
+#include "flashattn/validate.hpp"
+#include "launch.hpp"
+#include "variants.inc"
+
+namespace flashattn::gpu {
+namespace detail {
+namespace {
+
+constexpr int64_t kMaxGridYZ = 65535;   // CUDA's limit on gridDim.y and gridDim.z
+constexpr int64_t kVectorAlign = 16;    // bytes: cp.async moves 16-byte row chunks
+constexpr int64_t kMaxSeqIndex = int64_t{1} << 31;
+
+template <class... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::ostringstream os;
+  os << "gpu: ";
+  (os << ... << parts);
+  throw Error(os.str());
+}
+
+// Returns whether head dim d is one of the table's head dims / was compiled in.
+bool head_dim_compiled(int64_t d) {
+#define FLASHATTN_X(D, DT, TYPE) if (d == D) return true;
+  FLASHATTN_GPU_VARIANTS(FLASHATTN_X)
+#undef FLASHATTN_X
+  return false;
+}
+bool head_dim_supported(int64_t d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(integral_constant<D>, Tag<T>) for the compiled variant matching (d, dtype). The caller has
+// checked unsupported_reason() first.
+template <class F>
+void dispatch(int64_t d, DType dtype, F&& f) {
+#define FLASHATTN_X(D, DT, TYPE)                           \
+  if (d == D && dtype == DType::DT) {                      \
+    f(std::integral_constant<int, D>{}, Tag<TYPE>{});      \
+    return;                                                \
+  }
+  FLASHATTN_GPU_VARIANTS(FLASHATTN_X)
+#undef FLASHATTN_X
+  fail("no compiled variant for head dim ", d, " and dtype ", dtype_name(dtype));
+}
+
+// Fails unless p is null or memory the device can read (device, managed or pinned host memory).
+void check_device_pointer(const void* p, const char* name) {
+  if (p == nullptr) return;
+  cudaPointerAttributes attr{};
+  check_cuda(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
+  if (attr.type == cudaMemoryTypeUnregistered)
+    fail(name, " (", p, ") is ordinary host memory; flashattn::gpu takes device (or managed) pointers");
+}
+
+// Returns a host copy of n elements of the device (or host) array src; empty when src is null.
+template <class T>
+std::vector<T> host_copy(const T* src, int64_t n, cudaStream_t stream) {
+  std::vector<T> h;
+  if (src == nullptr || n <= 0) return h;
+  h.resize(static_cast<size_t>(n));
+  check_cuda(cudaMemcpyAsync(h.data(), src, sizeof(T) * static_cast<size_t>(n), cudaMemcpyDefault, stream),
+             "cudaMemcpyAsync (argument arrays to host)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return h;
+}
+
+// Host copies of the small device arrays of a call, and the args pointing at them.
+struct HostArrays {
+  std::vector<int32_t> cu_q, cu_k, seqlens_k;
+  std::vector<float> alibi;
+};
+
+// Copies the device arrays of `a` to `h` and points `host` at them.
+void copy_arrays(const ForwardArgs& a, ForwardArgs& host, HostArrays& h, cudaStream_t stream) {
+  if (a.cu_seqlens_q && (a.varlen_batch < 0 || a.varlen_batch >= kMaxSeqIndex))
+    throw Error("varlen_batch (" + std::to_string(a.varlen_batch) + ") must be in [0, 2^31)");
+  const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : std::max<int64_t>(a.q.batch, 0);
+  check_device_pointer(a.cu_seqlens_q, "cu_seqlens_q");
+  check_device_pointer(a.cu_seqlens_k, "cu_seqlens_k");
+  check_device_pointer(a.seqlens_k, "seqlens_k");
+  check_device_pointer(a.alibi_slopes, "alibi_slopes");
+  h.cu_q = host_copy(a.cu_seqlens_q, nseq + 1, stream);
+  h.cu_k = host_copy(a.cu_seqlens_k, nseq + 1, stream);
+  h.seqlens_k = host_copy(a.seqlens_k, nseq, stream);
+  if (a.alibi_slopes) {
+    if (a.alibi_batch_stride < 0 || (a.alibi_batch_stride != 0 && a.alibi_batch_stride < a.q.heads))
+      throw Error("alibi_batch_stride (" + std::to_string(a.alibi_batch_stride) + ") must be 0 or >= q.heads (" +
+                  std::to_string(a.q.heads) + ")");
+    const int64_t n = a.alibi_batch_stride ? (nseq > 0 ? (nseq - 1) * a.alibi_batch_stride + a.q.heads : 0) : a.q.heads;
+    h.alibi = host_copy(a.alibi_slopes, n, stream);
+  }
+  host.cu_seqlens_q = a.cu_seqlens_q ? h.cu_q.data() : nullptr;
+  host.cu_seqlens_k = a.cu_seqlens_k ? h.cu_k.data() : nullptr;
+  host.seqlens_k = a.seqlens_k ? h.seqlens_k.data() : nullptr;
+  host.alibi_slopes = a.alibi_slopes ? h.alibi.data() : nullptr;
+}
+
+// GPU-specific requirements of one tensor: device memory, 16-byte aligned rows.
+void check_gpu_tensor(const Tensor& t, const char* name) {
+  check_device_pointer(t.data, name);
+  if (t.data == nullptr) return;
+  if (reinterpret_cast<uintptr_t>(t.data) % kVectorAlign != 0)
+    fail(name, ".data (", t.data, ") must be 16-byte aligned (rows are copied in 16-byte chunks)");
+  const int64_t per = kVectorAlign / static_cast<int64_t>(dtype_size(t.dtype));
+  const std::pair<int64_t, const char*> strides[] = {
+      {t.stride_batch, "stride_batch"}, {t.stride_seq, "stride_seq"}, {t.stride_head, "stride_head"}};
+  for (const auto& s : strides)
+    if (s.first % per != 0)
+      fail(name, ".", s.second, " (", s.first, ") must be a multiple of ", per,
+           " elements (16-byte aligned rows); repack the tensor or use flashattn::cpu");
+}
+
+// Checks dtype, head dim and grid limits shared by forward and backward.
+void check_gpu_common(const ForwardArgs& a, int64_t nseq) {
+  const std::string why = unsupported_reason(a.q.dtype, a.q.dim);
+  if (!why.empty()) throw Error(why);
+  if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
+  if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
+  check_gpu_tensor(a.q, "q");
+  check_gpu_tensor(a.k, "k");
+  check_gpu_tensor(a.v, "v");
+  check_gpu_tensor(a.out, "out");
+  check_device_pointer(a.lse, "lse");
+}
+
+View view(const Tensor& t) { return View{t.data, t.stride_batch, t.stride_seq, t.stride_head}; }
+
+// Fills the forward parameter block from validated args (device pointers from `a`).
+void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
+  p.q = view(a.q);
+  p.k = view(a.k);
+  p.v = view(a.v);
+  p.out = view(a.out);
+  p.lse = a.lse;
+  p.q_seq = a.q.seq;
+  p.k_seq = a.k.seq;
+  p.heads_q = static_cast<int>(a.q.heads);
+  p.heads_k = static_cast<int>(a.k.heads);
+  p.num_sequences = static_cast<int>(nseq);
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.seqlens_k = a.seqlens_k;
+  p.causal = a.causal;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.scale = effective_scale(a);
+  p.softcap = a.softcap;
+  p.alibi_slopes = a.alibi_slopes;
+  p.alibi_batch_stride = a.alibi_batch_stride;
+}
+
+// The longest query and key-row counts over the sequences of a validated host copy.
+struct Extents {
+  int64_t nseq = 0, max_q = 0, max_k_rows = 0;
+};
+Extents extents(const ForwardArgs& host) {
+  Extents e;
+  e.nseq = num_sequences(host);
+  for (int64_t s = 0; s < e.nseq; ++s) {
+    const Sequence seq = sequence(host, s);
+    e.max_q = std::max(e.max_q, seq.mask.seqlen_q);
+    e.max_k_rows = std::max(e.max_k_rows, seq.k_rows);
+  }
+  return e;
+}
+
+// Scratch memory allocated and freed in stream order.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (bytes) check_cuda(cudaMallocAsync(&ptr_, bytes, stream), "cudaMallocAsync (scratch)");
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  float* get() const { return static_cast<float*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+size_t dot_count(const BackwardArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
+size_t dq_accum_count(const BackwardArgs& a) {
+  return static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim);
+}
+
+}  // namespace
+}  // namespace detail
+
+std::string unsupported_reason(DType dtype, int64_t head_dim) {
+  if (dtype == DType::f32)
+    return "gpu: dtype f32 is not supported (the GPU backend computes f16 and bf16 inputs with fp32 "
+           "accumulation; use flashattn::cpu or flashattn::reference for f32)";
+  if (dtype != DType::f16 && dtype != DType::bf16) return "gpu: dtype " + std::to_string(int(dtype)) + " is not a DType";
+  if (!detail::head_dim_supported(head_dim))
+    return "gpu: head dim " + std::to_string(head_dim) + " is not supported (supported: " +
+           FLASHATTN_GPU_SUPPORTED_HEAD_DIMS + ")";
+  if (!detail::head_dim_compiled(head_dim))
+    return "gpu: head dim " + std::to_string(head_dim) +
+           " was not compiled into this build (FLASHATTN_GPU_HEAD_DIMS = " FLASHATTN_GPU_COMPILED_HEAD_DIMS ")";
+  return "";
+}
+
+void forward(const ForwardArgs& a, cudaStream_t stream) {
+  using namespace detail;
+  ForwardArgs host = a;
+  HostArrays arrays;
+  copy_arrays(a, host, arrays, stream);
+  validate(host);
+  const Extents e = extents(host);
+  check_gpu_common(a, e.nseq);
+  if (e.max_q == 0) return;
+  ForwardParams p;
+  fill(p, a, e.nseq);
+  dispatch(a.q.dim, a.q.dtype, [&](auto d, auto tag) {
+    launch_forward<decltype(d)::value, typename decltype(tag)::type>(p, e.max_q, stream);
+  });
+}
+
+size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic) {
+  using namespace detail;
+  return sizeof(float) * (dot_count(a) + (deterministic ? 0 : dq_accum_count(a)));
+}
+
+void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
+  using namespace detail;
+  BackwardArgs host = a;
+  HostArrays arrays;
+  copy_arrays(a, host, arrays, stream);
+  validate(host);
+  const Extents e = extents(host);
+  check_gpu_common(a, e.nseq);
+  check_gpu_tensor(a.dout, "dout");
+  check_gpu_tensor(a.dq, "dq");
+  check_gpu_tensor(a.dk, "dk");
+  check_gpu_tensor(a.dv, "dv");
+  if (e.max_k_rows == 0 && e.max_q == 0) return;
+
+  BackwardParams p;
+  fill(p, a, e.nseq);
+  p.dout = view(a.dout);
+  p.dq = view(a.dq);
+  p.dk = view(a.dk);
+  p.dv = view(a.dv);
+  p.dim = static_cast<int>(a.q.dim);
+  DeviceBuffer dot(sizeof(float) * dot_count(a), stream);
+  DeviceBuffer dq_accum(deterministic ? 0 : sizeof(float) * dq_accum_count(a), stream);
+  p.dot = dot.get();
+  p.dq_accum = dq_accum.get();
+  if (p.dq_accum)
+    check_cuda(cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * dq_accum_count(a), stream), "cudaMemsetAsync (dq_accum)");
+
+  dispatch(a.q.dim, a.q.dtype, [&](auto d, auto tag) {
+    constexpr int D = decltype(d)::value;
+    using T = typename decltype(tag)::type;
+    launch_dot<T>(p, e.max_q, stream);                 // D = rowsum(dO∘O)
+    launch_backward<D, T>(p, e.max_k_rows, stream);    // dK, dV (and dQ_accum by atomics)
+    if (deterministic)
+      launch_dq<D, T>(p, e.max_q, stream);             // dQ per query block, no atomics
+    else
+      launch_dq_convert<T>(p, e.max_q, stream);        // dQ = round(dQ_accum)
+  });
+}
+
+}  // namespace flashattn::gpu

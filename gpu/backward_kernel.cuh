@@ -1,0 +1,245 @@
+// The fused backward kernel: one CTA per (key block, key/value head, sequence). K and V of the
+// block stay in shared memory; Q, dO, LSE and D = rowsum(dO∘O) of each query block stream through
+// a double-buffered cp.async pipeline. Per query block, recomputing P from LSE (never stored):
+//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D)·softcap',
+//   dV += Pᵀ·dO, dK += dSᵀ·Q, and (atomic mode) dQ_accum += scale·dS·K with fp32 atomics.
+// dK and dV sum over the query heads of the GQA group inside the block: no atomics, so they are
+// bitwise repeatable; dQ is repeatable only through the separate dq kernel (deterministic mode).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "flashattn/problem.hpp"
+#include "params.cuh"
+#include "tile.cuh"
+#include "traits.cuh"
+
+namespace flashattn::gpu::detail {
+
+// Returns the query blocks [first, last) of width Br whose rows see some key of [k0, k1) under m.
+// The rows seeing a key range form one interval (both ends of a row's key interval grow with the
+// row), so every block between the first and the last non-empty one is non-empty too.
+template <int Br>
+__device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) {
+  const int64_t blocks = (m.seqlen_q + Br - 1) / Br;
+  TileRange r{0, 0};
+  int64_t b = 0;
+  for (; b < blocks; ++b) {
+    const int64_t i1 = (b + 1) * Br < m.seqlen_q ? (b + 1) * Br : m.seqlen_q;
+    if (m.classify(b * Br, i1, k0, k1) != TileKind::empty) break;
+  }
+  r.first = b;
+  for (; b < blocks; ++b) {
+    const int64_t i1 = (b + 1) * Br < m.seqlen_q ? (b + 1) * Br : m.seqlen_q;
+    if (m.classify(b * Br, i1, k0, k1) == TileKind::empty) break;
+  }
+  r.last = b;
+  return r;
+}
+
+template <int D, class T>
+__global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
+    backward_kernel(const BackwardParams p, const bool atomic_dq) {
+  using Tr = BackwardTraits<D>;
+  constexpr int Br = Tr::kBr, Bc = Tr::kBc;
+  using KL = typename Tr::KL;
+  using QL = typename Tr::QL;
+  using SL = typename Tr::SL;
+  constexpr int kQTiles = Br / kMmaCols;          // 8-column blocks of Sᵀ (queries)
+  constexpr int kColTiles = Tr::kCols / kMmaCols;  // 8-column blocks of this warp's dK/dV
+
+  const int s = blockIdx.z, hk = blockIdx.y;
+  const SeqInfo si = sequence_info(p, s);
+  const Mask& m = si.mask;
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * Bc;
+  if (k0 >= si.k_rows) return;
+  const int group = p.heads_q / p.heads_k;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + KL::kElems;
+  T* sQ = sV + KL::kElems;      // [2][Br][stride]
+  T* sdO = sQ + 2 * QL::kElems;  // [2][Br][stride]
+  T* sdS = sdO + 2 * QL::kElems;  // [Br][Bc + pad], dS rounded to T
+  float* sLse = reinterpret_cast<float*>(sdS + SL::kElems);  // [2][Br]
+  float* sDot = sLse + 2 * Br;                               // [2][Br]
+
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const int slab = warp / Tr::kSplit, part = warp % Tr::kSplit;
+  const int col0 = part * Tr::kCols;  // this warp's first dK/dV column
+
+  {
+    const int64_t visible = m.seqlen_k - k0;
+    const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
+    load_tile<Bc, D>(sK, static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk), p.k.stride_seq,
+                     valid, tid, Tr::kThreads);
+    load_tile<Bc, D>(sV, static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk), p.v.stride_seq,
+                     valid, tid, Tr::kThreads);
+  }
+
+  const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
+  const int64_t per_head = qblocks.last - qblocks.first;
+  const int64_t steps = per_head * group;  // (query head of the group, query block) pairs
+  auto load_q = [&](int64_t step, int buf) {
+    const int hq = hk * group + static_cast<int>(step / per_head);
+    const int64_t i0 = (qblocks.first + step % per_head) * Br;
+    const int valid = static_cast<int>(m.seqlen_q - i0 < Br ? m.seqlen_q - i0 : Br);
+    load_tile<Br, D>(sQ + buf * QL::kElems, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + i0, hq),
+                     p.q.stride_seq, valid, tid, Tr::kThreads);
+    load_tile<Br, D>(sdO + buf * QL::kElems,
+                     static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i0, hq),
+                     p.dout.stride_seq, valid, tid, Tr::kThreads);
+    for (int r = tid; r < Br; r += Tr::kThreads) {  // rows past the sequence read as "no key seen"
+      const bool ok = r < valid;
+      const int64_t idx = ok ? lse_index(p, si, hq, i0 + r) : 0;
+      sLse[buf * Br + r] = ok ? p.lse[idx] : -INFINITY;
+      sDot[buf * Br + r] = ok ? p.dot[idx] : 0.0f;
+    }
+  };
+  if (steps > 0) load_q(0, 0);
+  cp_async_commit();
+
+  float acc_dk[kColTiles][4] = {}, acc_dv[kColTiles][4] = {};
+  const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
+
+  for (int64_t step = 0; step < steps; ++step) {
+    const int buf = static_cast<int>(step & 1);
+    if (step + 1 < steps) {
+      load_q(step + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int hq = hk * group + static_cast<int>(step / per_head);
+    const int64_t i0 = (qblocks.first + step % per_head) * Br;
+    const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
+    const T* tQ = sQ + buf * QL::kElems;
+    const T* tdO = sdO + buf * QL::kElems;
+    const float* tLse = sLse + buf * Br;
+    const float* tDot = sDot + buf * Br;
+
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this slab's 16 keys x Br queries)
+    float acc_s[kQTiles][4] = {}, acc_dp[kQTiles][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D; kk += kMmaRows) {
+      uint32_t ak[4], av[4];
+      ldmatrix_x4(ak, sK + (slab * kMmaRows + lane % 16) * KL::kStride + kk + 8 * (lane / 16));
+      ldmatrix_x4(av, sV + (slab * kMmaRows + lane % 16) * KL::kStride + kk + 8 * (lane / 16));
+#pragma unroll
+      for (int nb = 0; nb < kQTiles; nb += 2) {
+        const int brow = (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * QL::kStride + kk + 8 * ((lane / 8) % 2);
+        uint32_t bq[4], bo[4];
+        ldmatrix_x4(bq, tQ + brow);
+        ldmatrix_x4(bo, tdO + brow);
+        mma<T>(acc_s[nb], ak, bq[0], bq[1]);
+        mma<T>(acc_s[nb + 1], ak, bq[2], bq[3]);
+        mma<T>(acc_dp[nb], av, bo[0], bo[1]);
+        mma<T>(acc_dp[nb + 1], av, bo[2], bo[3]);
+      }
+    }
+
+    // Pᵀ = exp(mask(transform(scale·Sᵀ)) − LSE);  dSᵀ = Pᵀ∘(dPᵀ − D)·(1 − tanh²) for soft-capping.
+    const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
+    const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
+#pragma unroll
+    for (int nb = 0; nb < kQTiles; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int il = nb * kMmaCols + 2 * t + e % 2;  // query row within the block
+        const int64_t i = i0 + il, j = key[e / 2];
+        float th;
+        const float x = score(acc_s[nb][e], i, j, th);
+        const float lse = tLse[il];
+        const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j)));
+        const float pr = seen ? exp2f(x - lse * kLog2e) : 0.0f;
+        float ds = pr * (acc_dp[nb][e] - tDot[il]);
+        if (p.softcap > 0) ds *= 1.0f - th * th;
+        acc_s[nb][e] = pr;
+        acc_dp[nb][e] = ds;
+      }
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (this warp's columns; dK is scaled at the end)
+#pragma unroll
+    for (int ks = 0; ks < kQTiles / 2; ++ks) {
+      uint32_t ap[4], ads[4];
+      pack_a<T>(ap, acc_s[2 * ks], acc_s[2 * ks + 1]);
+      pack_a<T>(ads, acc_dp[2 * ks], acc_dp[2 * ks + 1]);
+#pragma unroll
+      for (int nd = 0; nd < kColTiles; nd += 2) {
+        const int brow =
+            (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * QL::kStride + col0 + nd * kMmaCols + 8 * (lane / 16);
+        uint32_t bo[4], bq[4];
+        ldmatrix_x4_trans(bo, tdO + brow);
+        ldmatrix_x4_trans(bq, tQ + brow);
+        mma<T>(acc_dv[nd], ap, bo[0], bo[1]);
+        mma<T>(acc_dv[nd + 1], ap, bo[2], bo[3]);
+        mma<T>(acc_dk[nd], ads, bq[0], bq[1]);
+        mma<T>(acc_dk[nd + 1], ads, bq[2], bq[3]);
+      }
+    }
+
+    if (atomic_dq) {
+      // dS (rounded to T, as it enters the tensor cores) to shared memory as [query][key].
+      if (part == 0) {
+#pragma unroll
+        for (int nb = 0; nb < kQTiles; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            sdS[(nb * kMmaCols + 2 * t + e % 2) * SL::kStride + slab * kMmaRows + g + 8 * (e / 2)] =
+                Elem<T>::from_float(acc_dp[nb][e]);
+      }
+      __syncthreads();
+      // dQ_accum += scale · dS·K (this warp's 16 query rows and kQCols columns)
+      const int qslab = warp / Tr::kQSplit, qcol0 = (warp % Tr::kQSplit) * Tr::kQCols;
+      uint32_t ads[Bc / kMmaRows][4];
+#pragma unroll
+      for (int ks = 0; ks < Bc / kMmaRows; ++ks)
+        ldmatrix_x4(ads[ks], sdS + (qslab * kMmaRows + lane % 16) * SL::kStride + ks * kMmaRows + 8 * (lane / 16));
+      const int64_t rows[2] = {i0 + qslab * kMmaRows + g, i0 + qslab * kMmaRows + g + 8};
+#pragma unroll
+      for (int nd = 0; nd < Tr::kQCols / kMmaCols; nd += 2) {
+        float acc[2][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < Bc / kMmaRows; ++ks) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, sK + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * KL::kStride + qcol0 +
+                                   nd * kMmaCols + 8 * (lane / 16));
+          mma<T>(acc[0], ads[ks], b[0], b[1]);
+          mma<T>(acc[1], ads[ks], b[2], b[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int64_t i = rows[(e % 4) / 2];
+          if (i >= m.seqlen_q) continue;
+          const int col = qcol0 + (nd + e / 4) * kMmaCols + 2 * t + e % 2;
+          float* dst = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + hq) * D + col;
+          atomicAdd(dst, p.scale * acc[e / 4][e % 4]);
+        }
+      }
+    }
+    __syncthreads();  // the next iteration's copy overwrites this buffer (and sdS)
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: dK = scale·acc_dk, dV = acc_dv for the block's keys (zero for keys past seqlen_k).
+  T* dk = static_cast<T*>(p.dk.data);
+  T* dv = static_cast<T*>(p.dv.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= si.k_rows) continue;
+    T* krow = dk + p.dk.offset(si.batch, si.k_start + key[r], hk);
+    T* vrow = dv + p.dv.offset(si.batch, si.k_start + key[r], hk);
+#pragma unroll
+    for (int nd = 0; nd < kColTiles; ++nd) {
+      const int col = col0 + nd * kMmaCols + 2 * t;
+      *reinterpret_cast<uint32_t*>(krow + col) =
+          Elem<T>::pack(p.scale * acc_dk[nd][2 * r], p.scale * acc_dk[nd][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(vrow + col) = Elem<T>::pack(acc_dv[nd][2 * r], acc_dv[nd][2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace flashattn::gpu::detail

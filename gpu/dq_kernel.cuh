@@ -1,0 +1,152 @@
+// The deterministic dQ kernel: one CTA per (query block, query head, sequence), no atomics. Like the
+// forward, Q and dO stay in shared memory and K/V tiles stream through a double-buffered pipeline;
+// per key tile, recomputing P from LSE:
+//   S = Q·Kᵀ, dP = dO·Vᵀ, P = exp(S − LSE), dS = P∘(dP − D)·softcap', dQ += dS·K.
+// Every dQ element is summed by one thread in a fixed order, so results are bitwise repeatable.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "flashattn/problem.hpp"
+#include "params.cuh"
+#include "tile.cuh"
+#include "traits.cuh"
+
+namespace flashattn::gpu::detail {
+
+template <int D, class T>
+__global__ void __launch_bounds__(DqTraits<D>::kThreads) dq_kernel(const BackwardParams p) {
+  using Tr = DqTraits<D>;
+  constexpr int Br = Tr::kBr, Bc = Tr::kBc;
+  using QL = TileLayout<Br, D>;
+  using KL = TileLayout<Bc, D>;
+  constexpr int kNTiles = Bc / kMmaCols;
+  constexpr int kDTiles = D / kMmaCols;
+
+  const int s = blockIdx.z, h = blockIdx.y;
+  const SeqInfo si = sequence_info(p, s);
+  const Mask& m = si.mask;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * Br;
+  if (r0 >= m.seqlen_q) return;
+  const int64_t r1 = r0 + Br < m.seqlen_q ? r0 + Br : m.seqlen_q;
+  const int hk = static_cast<int>(kv_head(h, p.heads_q, p.heads_k));
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sdO = sQ + QL::kElems;
+  T* sK = sdO + QL::kElems;      // [2][Bc][stride]
+  T* sV = sK + 2 * KL::kElems;   // [2][Bc][stride]
+
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+
+  const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start, hk);
+  const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start, hk);
+  const TileRange tiles = key_tiles<Bc>(m, r0, r1);
+  auto load_kv = [&](int64_t tile, int buf) {
+    const int64_t c0 = tile * Bc;
+    const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
+    load_tile<Bc, D>(sK + buf * KL::kElems, k + c0 * p.k.stride_seq, p.k.stride_seq, valid, tid, Tr::kThreads);
+    load_tile<Bc, D>(sV + buf * KL::kElems, v + c0 * p.v.stride_seq, p.v.stride_seq, valid, tid, Tr::kThreads);
+  };
+  load_tile<Br, D>(sQ, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h), p.q.stride_seq,
+                   static_cast<int>(r1 - r0), tid, Tr::kThreads);
+  load_tile<Br, D>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
+                   p.dout.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
+  if (tiles.first < tiles.last) load_kv(tiles.first, 0);
+  cp_async_commit();
+
+  const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const int64_t row[2] = {r0 + warp * kMmaRows + g, r0 + warp * kMmaRows + g + 8};
+  float lse2[2], dot[2];  // LSE in the log2 domain (+inf: the row sees no key, P = 0) and D
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool ok = row[r] < m.seqlen_q;
+    const float lse = ok ? p.lse[lse_index(p, si, h, row[r])] : -INFINITY;
+    lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+    dot[r] = ok ? p.dot[lse_index(p, si, h, row[r])] : 0.0f;
+  }
+  float acc_dq[kDTiles][4] = {};
+
+  for (int64_t tile = tiles.first; tile < tiles.last; ++tile) {
+    const int buf = static_cast<int>((tile - tiles.first) & 1);
+    if (tile + 1 < tiles.last) {
+      load_kv(tile + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* tK = sK + buf * KL::kElems;
+    const T* tV = sV + buf * KL::kElems;
+    const int64_t c0 = tile * Bc;
+
+    // S = Q·Kᵀ and dP = dO·Vᵀ (this warp's 16 rows x Bc keys)
+    float acc_s[kNTiles][4] = {}, acc_dp[kNTiles][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D; kk += kMmaRows) {
+      const int arow = (warp * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16);
+      uint32_t aq[4], ao[4];
+      ldmatrix_x4(aq, sQ + arow);
+      ldmatrix_x4(ao, sdO + arow);
+#pragma unroll
+      for (int nb = 0; nb < kNTiles; nb += 2) {
+        const int brow = (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * KL::kStride + kk + 8 * ((lane / 8) % 2);
+        uint32_t bk[4], bv[4];
+        ldmatrix_x4(bk, tK + brow);
+        ldmatrix_x4(bv, tV + brow);
+        mma<T>(acc_s[nb], aq, bk[0], bk[1]);
+        mma<T>(acc_s[nb + 1], aq, bk[2], bk[3]);
+        mma<T>(acc_dp[nb], ao, bv[0], bv[1]);
+        mma<T>(acc_dp[nb + 1], ao, bv[2], bv[3]);
+      }
+    }
+
+    // P = exp(mask(transform(scale·S)) − LSE);  dS = P∘(dP − D)·(1 − tanh²) for soft-capping.
+    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full;
+#pragma unroll
+    for (int nb = 0; nb < kNTiles; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
+        float th;
+        const float x = score(acc_s[nb][e], i, j, th);
+        const bool seen = !partial || m.visible(i, j);
+        const float pr = seen ? exp2f(x - lse2[e / 2]) : 0.0f;
+        float ds = pr * (acc_dp[nb][e] - dot[e / 2]);
+        if (p.softcap > 0) ds *= 1.0f - th * th;
+        acc_dp[nb][e] = ds;
+      }
+
+    // dQ += dS·K (dS rounded to T; scaled at the end)
+#pragma unroll
+    for (int ks = 0; ks < kNTiles / 2; ++ks) {
+      uint32_t a[4];
+      pack_a<T>(a, acc_dp[2 * ks], acc_dp[2 * ks + 1]);
+#pragma unroll
+      for (int nd = 0; nd < kDTiles; nd += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, tK + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * KL::kStride + nd * kMmaCols +
+                                 8 * (lane / 16));
+        mma<T>(acc_dq[nd], a, b[0], b[1]);
+        mma<T>(acc_dq[nd + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's copy overwrites this buffer
+  }
+  cp_async_wait<0>();
+
+  T* dq = static_cast<T*>(p.dq.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= m.seqlen_q) continue;
+    T* qrow = dq + p.dq.offset(si.batch, si.q_start + row[r], h);
+#pragma unroll
+    for (int nd = 0; nd < kDTiles; ++nd)
+      *reinterpret_cast<uint32_t*>(qrow + nd * kMmaCols + 2 * t) =
+          Elem<T>::pack(p.scale * acc_dq[nd][2 * r], p.scale * acc_dq[nd][2 * r + 1]);
+  }
+}
+
+}  // namespace flashattn::gpu::detail

@@ -1,0 +1,165 @@
+// The fused forward kernel: one CTA per (query block, query head, sequence). The Q tile stays in
+// shared memory; K/V tiles stream through a double-buffered cp.async pipeline; S = Q·Kᵀ and
+// O += P·V run on tensor cores (mma.sync m16n8k16); the online softmax lives in registers.
+// Writes O (rounded to nearest even) and LSE only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "flashattn/problem.hpp"
+#include "params.cuh"
+#include "tile.cuh"
+#include "traits.cuh"
+
+namespace flashattn::gpu::detail {
+
+template <int D, class T>
+__global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
+    forward_kernel(const ForwardParams p) {
+  using Tr = ForwardTraits<D>;
+  constexpr int Br = Tr::kBr, Bc = Tr::kBc;
+  using QL = TileLayout<Br, D>;
+  using KL = TileLayout<Bc, D>;
+  constexpr int kNTiles = Bc / kMmaCols;  // 8-column blocks of S per warp
+  constexpr int kDTiles = D / kMmaCols;   // 8-column blocks of O per warp
+
+  const int s = blockIdx.z, h = blockIdx.y;
+  const SeqInfo si = sequence_info(p, s);
+  const Mask& m = si.mask;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * Br;
+  if (r0 >= m.seqlen_q) return;
+  const int64_t r1 = r0 + Br < m.seqlen_q ? r0 + Br : m.seqlen_q;
+  const int hk = static_cast<int>(kv_head(h, p.heads_q, p.heads_k));
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + QL::kElems;       // [2][Bc][stride]
+  T* sV = sK + 2 * KL::kElems;   // [2][Bc][stride]
+
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+
+  const T* q = static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h);
+  const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start, hk);
+  const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start, hk);
+
+  const TileRange tiles = key_tiles<Bc>(m, r0, r1);
+  auto load_kv = [&](int64_t tile, int buf) {
+    const int64_t c0 = tile * Bc;
+    const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
+    load_tile<Bc, D>(sK + buf * KL::kElems, k + c0 * p.k.stride_seq, p.k.stride_seq, valid, tid, Tr::kThreads);
+    load_tile<Bc, D>(sV + buf * KL::kElems, v + c0 * p.v.stride_seq, p.v.stride_seq, valid, tid, Tr::kThreads);
+  };
+  load_tile<Br, D>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
+  if (tiles.first < tiles.last) load_kv(tiles.first, 0);
+  cp_async_commit();
+
+  ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const int64_t row[2] = {r0 + warp * kMmaRows + g, r0 + warp * kMmaRows + g + 8};  // this thread's rows
+  float row_max[2] = {-INFINITY, -INFINITY};  // running max, log2 domain
+  float row_sum[2] = {0, 0};                  // this thread's share of the running sum
+  float acc_o[kDTiles][4] = {};
+
+  for (int64_t tile = tiles.first; tile < tiles.last; ++tile) {
+    const int buf = static_cast<int>((tile - tiles.first) & 1);
+    if (tile + 1 < tiles.last) {
+      load_kv(tile + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* tK = sK + buf * KL::kElems;
+    const T* tV = sV + buf * KL::kElems;
+    const int64_t c0 = tile * Bc;
+
+    // S = Q·Kᵀ (this warp's 16 rows x Bc keys)
+    float acc_s[kNTiles][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D; kk += kMmaRows) {
+      uint32_t a[4];
+      ldmatrix_x4(a, sQ + (warp * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16));
+#pragma unroll
+      for (int nb = 0; nb < kNTiles; nb += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, tK + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * KL::kStride + kk + 8 * ((lane / 8) % 2));
+        mma<T>(acc_s[nb], a, b[0], b[1]);
+        mma<T>(acc_s[nb + 1], a, b[2], b[3]);
+      }
+    }
+
+    // S ← mask(alibi(softcap(scale·S))) in the log2 domain; per-element test only on partial tiles.
+    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < kNTiles; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
+        float th;
+        float x = score(acc_s[nb][e], i, j, th);
+        if (partial && !m.visible(i, j)) x = -INFINITY;
+        acc_s[nb][e] = x;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      }
+
+    // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]));
+      const float base = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
+      const float alpha = exp2f(row_max[r] - base);
+      row_max[r] = new_max;
+      row_sum[r] *= alpha;
+#pragma unroll
+      for (int nd = 0; nd < kDTiles; ++nd) {
+        acc_o[nd][2 * r] *= alpha;
+        acc_o[nd][2 * r + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nb = 0; nb < kNTiles; ++nb) {
+        acc_s[nb][2 * r] = exp2f(acc_s[nb][2 * r] - base);
+        acc_s[nb][2 * r + 1] = exp2f(acc_s[nb][2 * r + 1] - base);
+        row_sum[r] += acc_s[nb][2 * r] + acc_s[nb][2 * r + 1];
+      }
+    }
+
+    // O += P·V (P rounded to T, from registers)
+#pragma unroll
+    for (int ks = 0; ks < kNTiles / 2; ++ks) {
+      uint32_t a[4];
+      pack_a<T>(a, acc_s[2 * ks], acc_s[2 * ks + 1]);
+#pragma unroll
+      for (int nd = 0; nd < kDTiles; nd += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, tV + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * KL::kStride + nd * kMmaCols +
+                                 8 * (lane / 16));
+        mma<T>(acc_o[nd], a, b[0], b[1]);
+        mma<T>(acc_o[nd + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's copy overwrites this buffer
+  }
+  cp_async_wait<0>();  // no copy may outlive the block (only the Q copy when no tile was visited)
+
+  // Epilogue: O = acc / sum (0 for rows that saw no key), LSE = ln(sum) + max (−inf for those rows).
+  T* out = static_cast<T*>(p.out.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(row_sum[r]);
+    const bool empty = row_max[r] == -INFINITY;
+    const float inv = empty ? 0.0f : 1.0f / sum;
+    if (row[r] >= m.seqlen_q) continue;
+    T* orow = out + p.out.offset(si.batch, si.q_start + row[r], h);
+#pragma unroll
+    for (int nd = 0; nd < kDTiles; ++nd) {
+      const uint32_t packed = Elem<T>::pack(acc_o[nd][2 * r] * inv, acc_o[nd][2 * r + 1] * inv);
+      *reinterpret_cast<uint32_t*>(orow + nd * kMmaCols + 2 * t) = packed;
+    }
+    if (p.lse && t == 0)
+      p.lse[lse_index(p, si, h, row[r])] = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
+  }
+}
+
+}  // namespace flashattn::gpu::detail

@@ -1,0 +1,35 @@
+// Launchers of the templated kernels, one explicit instantiation per (head dim, dtype, pass) in the
+// generated translation units (see CMakeLists.txt and variants.cmake). Declarations only: including
+// this header compiles no kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "params.cuh"
+
+namespace flashattn::gpu::detail {
+
+// Runs the forward kernel over every (query block, query head, sequence).
+template <int D, class T>
+void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+// Runs the dK/dV kernel over every (key block, key head, sequence); when p.dq_accum is set it also
+// accumulates scale·dS·K into it with fp32 atomics.
+template <int D, class T>
+void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream);
+
+// Runs the deterministic dQ kernel over every (query block, query head, sequence); writes p.dq.
+template <int D, class T>
+void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+// Computes p.dot = rowsum(dO∘O) for every row and query head (any head dim).
+template <class T>
+void launch_dot(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+// Writes p.dq = p.dq_accum rounded to T for every row of every sequence (any head dim).
+template <class T>
+void launch_dq_convert(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+}  // namespace flashattn::gpu::detail

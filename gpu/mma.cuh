@@ -1,0 +1,103 @@
+// Warp-level tensor-core primitives for sm_80+: cp.async, ldmatrix and mma.sync m16n8k16.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4, t = lane % 4:
+//   A 16x16 (row major), 4 registers of 2 elements:  a0 (g, 2t..2t+1)   a1 (g+8, 2t..)
+//                                                     a2 (g, 2t+8..)    a3 (g+8, 2t+8..)
+//   B 16x8  ("col"), 2 registers:                    b0 (k 2t..2t+1, n g)   b1 (k 2t+8.., n g)
+//   C 16x8  fp32, 4 registers:                        c0,c1 (g, 2t..2t+1)    c2,c3 (g+8, 2t..)
+// The C fragments of two adjacent 8-column blocks, rounded to 16 bits, are exactly the A fragment
+// of one 16-column step (pack_a below): this is how P = softmax(S) feeds O += P·V from registers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace flashattn::gpu::detail {
+
+// Element traits: the storage type, its mma spelling and a round-to-nearest-even pack of 2 floats.
+template <class T>
+struct Elem;
+template <>
+struct Elem<__half> {
+  // Returns {lo, hi} rounded to nearest even and packed as one 32-bit register (lo in the low half).
+  __device__ static uint32_t pack(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static float to_float(__half x) { return __half2float(x); }
+  __device__ static __half from_float(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  __device__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+};
+
+// Returns the shared-memory address of p for PTX operands.
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies 16 bytes from global src to shared dst asynchronously; when `valid` is false nothing is
+// read and dst is filled with zeros (src-size 0), so out-of-range rows become zero rows.
+__device__ inline void cp_async_16(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N committed groups of this thread are still in flight.
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Loads four 8x8 16-bit matrices; lane l supplies the row address of matrix l / 8, row l % 8.
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row)));
+}
+// As ldmatrix_x4, each matrix transposed on the way (lane gets stored rows 2t, 2t+1 of column g).
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row)));
+}
+
+// c += a·b on one m16n8k16 tile with fp32 accumulation.
+template <class T>
+__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ inline void mma<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ inline void mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Returns the A fragment of one 16-column step built from the fp32 C fragments of its two 8-column
+// halves (lo: columns 0-7, hi: columns 8-15), rounded to T.
+template <class T>
+__device__ inline void pack_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = Elem<T>::pack(lo[0], lo[1]);
+  a[1] = Elem<T>::pack(lo[2], lo[3]);
+  a[2] = Elem<T>::pack(hi[0], hi[1]);
+  a[3] = Elem<T>::pack(hi[2], hi[3]);
+}
+
+}  // namespace flashattn::gpu::detail

@@ -1,0 +1,85 @@
+// Kernel parameter blocks (plain structs passed by value) and the per-sequence geometry that every
+// kernel reads on the device, mirroring flashattn/problem.hpp's host-side sequence().
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn/mask.hpp"
+
+namespace flashattn::gpu::detail {
+
+// A strided [batch, seq, heads, dim] view on the device (element strides, dim contiguous).
+struct View {
+  void* data = nullptr;
+  int64_t stride_batch = 0, stride_seq = 0, stride_head = 0;
+
+  // Returns the element offset of row `row` of head `head` in batch `batch`.
+  __host__ __device__ int64_t offset(int64_t batch, int64_t row, int64_t head) const {
+    return batch * stride_batch + row * stride_seq + head * stride_head;
+  }
+};
+
+// Everything a forward kernel needs. Device pointers; validated on the host before launch.
+struct ForwardParams {
+  View q, k, v, out;
+  float* lse = nullptr;        // [B, Hq, q_seq] or null
+  int64_t q_seq = 0, k_seq = 0;  // seq sizes of the tensors (varlen: total rows)
+  int heads_q = 0, heads_k = 0;
+  int num_sequences = 0;
+  const int32_t* cu_seqlens_q = nullptr;  // device, [num_sequences + 1] or null
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqlens_k = nullptr;     // device, [num_sequences] or null
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  float scale = 1;      // effective scale (never 0 here)
+  float softcap = 0;    // 0: off
+  const float* alibi_slopes = nullptr;  // device or null
+  int64_t alibi_batch_stride = 0;
+};
+
+// Backward adds the forward's output, its gradient, the gradients and fp32 scratch.
+struct BackwardParams : ForwardParams {
+  View dout, dq, dk, dv;
+  float* dot = nullptr;       // scratch D = rowsum(dO∘O), laid out like lse
+  float* dq_accum = nullptr;  // scratch fp32 dQ [B or 1, q_seq, heads_q, dim] contiguous, or null
+  int dim = 0;
+};
+
+// One sequence as the kernels see it (see flashattn::Sequence).
+struct SeqInfo {
+  int64_t batch = 0;    // batch index in the tensors (0 for varlen)
+  int64_t q_start = 0;  // first row of q/out/dout/dq
+  int64_t k_start = 0;  // first row of k/v/dk/dv
+  int64_t k_rows = 0;   // rows of k/v belonging to the sequence (before seqlens_k)
+  Mask mask;            // seqlen_q, seqlen_k (after seqlens_k) and the window
+};
+
+// Returns sequence s, reading the device arrays of p. Same rules as flashattn::sequence().
+__device__ inline SeqInfo sequence_info(const ForwardParams& p, int64_t s) {
+  SeqInfo r;
+  int64_t nq = p.q_seq, nk = p.k_seq;
+  if (p.cu_seqlens_q) {
+    r.q_start = p.cu_seqlens_q[s];
+    r.k_start = p.cu_seqlens_k[s];
+    nq = p.cu_seqlens_q[s + 1] - r.q_start;
+    nk = p.cu_seqlens_k[s + 1] - r.k_start;
+  } else {
+    r.batch = s;
+  }
+  r.k_rows = nk;
+  if (p.seqlens_k) nk = p.seqlens_k[s];
+  r.mask = Mask::make(nq, nk, p.causal, p.window_left, p.window_right);
+  return r;
+}
+
+// Returns the index into lse (and the D scratch) of row i of sequence `si`, query head h.
+__device__ inline int64_t lse_index(const ForwardParams& p, const SeqInfo& si, int64_t h, int64_t i) {
+  return (si.batch * p.heads_q + h) * p.q_seq + si.q_start + i;
+}
+
+// Returns the ALiBi slope of query head h in sequence s (0 when off).
+__device__ inline float alibi_slope(const ForwardParams& p, int64_t s, int64_t h) {
+  return p.alibi_slopes ? p.alibi_slopes[s * p.alibi_batch_stride + h] : 0.0f;
+}
+
+}  // namespace flashattn::gpu::detail

@@ -1,0 +1,89 @@
+// Shared-memory tiles and the per-element score transform shared by the forward and backward kernels.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "flashattn/mask.hpp"
+#include "mma.cuh"
+
+namespace flashattn::gpu::detail {
+
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(x) = exp2(x * kLog2e)
+constexpr float kLn2 = 0.6931471805599453f;    // ln(2)
+constexpr int kWarpSize = 32;
+constexpr int kMmaRows = 16;      // rows of one m16n8k16 tile (M), also its K depth
+constexpr int kMmaCols = 8;       // columns of one m16n8k16 tile (N)
+constexpr int kChunkElems = 8;    // 16-bit elements per 16-byte cp.async chunk
+
+// A rows x D tile of 16-bit elements in shared memory, each row padded by one 16-byte chunk: with
+// rows 2·D + 16 bytes apart, the 8 row addresses of one ldmatrix matrix fall in 8 distinct
+// 16-byte bank groups for every supported D (32, 64, 96, 128, 256), so ldmatrix is conflict-free.
+template <int Rows, int D>
+struct TileLayout {
+  static_assert(D % 16 == 0, "head dim must be a multiple of the mma K depth");
+  static constexpr int kStride = D + kChunkElems;  // elements between rows
+  static constexpr int kElems = Rows * kStride;
+  static constexpr int kBytes = kElems * 2;
+  static_assert(kBytes % 16 == 0, "tiles must keep 16-byte alignment");
+};
+
+// Copies rows [0, valid_rows) of a Rows x D tile whose row r starts at src + r * src_stride into
+// dst (TileLayout<Rows, D>), zero-filling rows at or past valid_rows. Every thread of the block
+// (nthreads of them) takes a share of the 16-byte chunks; the caller commits the group.
+template <int Rows, int D, class T>
+__device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int valid_rows, int tid, int nthreads) {
+  constexpr int kChunksPerRow = D / kChunkElems;
+  for (int c = tid; c < Rows * kChunksPerRow; c += nthreads) {
+    const int r = c / kChunksPerRow, x = (c % kChunksPerRow) * kChunkElems;
+    const bool valid = r < valid_rows;
+    const T* from = valid ? src + r * src_stride + x : src;
+    cp_async_16(dst + r * TileLayout<Rows, D>::kStride + x, from, valid);
+  }
+}
+
+// The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping and
+// ALiBi of DESIGN.md, times log2(e). `tanh_out` receives tanh(S/softcap) (for the backward's
+// derivative; 0 when soft-capping is off). Masking is applied by the caller.
+struct ScoreTransform {
+  float scale = 1, softcap = 0, slope = 0;
+  int64_t diag = 0;  // seqlen_k - seqlen_q of the sequence
+
+  __device__ float operator()(float acc, int64_t i, int64_t j, float& tanh_out) const {
+    float s = acc * scale;
+    tanh_out = 0;
+    if (softcap > 0) {
+      tanh_out = tanhf(s / softcap);
+      s = softcap * tanh_out;
+    }
+    if (slope != 0) {
+      const int64_t dist = i + diag - j;
+      s -= slope * static_cast<float>(dist < 0 ? -dist : dist);
+    }
+    return s * kLog2e;
+  }
+};
+
+// Returns the maximum of x over the 4 lanes of a quad (the lanes holding one accumulator row).
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+// Returns the sum of x over the 4 lanes of a quad.
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Returns the key tiles [first, last) of width Bc that rows [r0, r1) of mask m must visit.
+struct TileRange {
+  int64_t first = 0, last = 0;
+};
+template <int Bc>
+__device__ inline TileRange key_tiles(const Mask& m, int64_t r0, int64_t r1) {
+  const int64_t kb = m.rows_key_begin(r0), ke = m.rows_key_end(r1);
+  if (kb >= ke) return {0, 0};
+  return {kb / Bc, (ke + Bc - 1) / Bc};
+}
+
+}  // namespace flashattn::gpu::detail

@@ -1,0 +1,59 @@
+// Tile shapes of every kernel, per head dim: the constexpr sizes the kernels and launchers share.
+// Each shape keeps the fp32 accumulators of a thread in registers (checked with -Xptxas -v, see
+// docs/gpu.md) and the shared memory of a block under sm_80's 163 KB opt-in limit.
+#pragma once
+
+#include "tile.cuh"
+
+namespace flashattn::gpu::detail {
+
+constexpr int kWarps = 4;  // warps per block of every attention kernel
+constexpr int kThreadsPerBlock = kWarps * kWarpSize;
+constexpr int kMaxSmemSm80 = 163 * 1024;  // largest dynamic shared memory a block may opt into on sm_80
+
+// Forward: each warp owns 16 query rows of a kBr-row block; K/V tiles of kBc keys, double-buffered.
+template <int D>
+struct ForwardTraits {
+  static constexpr int kThreads = kThreadsPerBlock;
+  static constexpr int kBr = kWarps * kMmaRows;
+  static constexpr int kBc = D <= 128 ? 64 : 32;  // d=256: O alone takes 128 registers per thread
+  static constexpr int kSmemBytes = TileLayout<kBr, D>::kBytes + 4 * TileLayout<kBc, D>::kBytes;
+  static_assert(kSmemBytes <= kMaxSmemSm80, "forward tiles exceed shared memory");
+};
+
+// Backward dK/dV kernel: a block owns kBc keys of one key/value head and walks every query block
+// (of kBr rows) of every query head of its group. Warps form kBc/16 slabs of 16 keys; the kSplit
+// warps of a slab each accumulate D/kSplit columns of dK and dV (recomputing the slab's Sᵀ and dPᵀ),
+// which bounds the two accumulators to D/kSplit registers per thread.
+template <int D>
+struct BackwardTraits {
+  static constexpr int kThreads = kThreadsPerBlock;
+  static constexpr int kSplit = D <= 64 ? 1 : D <= 128 ? 2 : 4;
+  static constexpr int kBc = kWarps / kSplit * kMmaRows;
+  static constexpr int kBr = D <= 64 ? 64 : 32;
+  static constexpr int kCols = D / kSplit;  // dK/dV columns per warp
+  static_assert(kCols % 16 == 0, "each warp's dK/dV columns must be whole ldmatrix pairs");
+  // The dQ step: warps form kBr/16 slabs of 16 query rows, kQSplit warps per slab split the columns.
+  static constexpr int kQSlabs = kBr / kMmaRows;
+  static constexpr int kQSplit = kWarps / kQSlabs;
+  static constexpr int kQCols = D / kQSplit;
+  static_assert(kWarps % kQSlabs == 0 && kQCols % 16 == 0, "dQ step must split evenly");
+  using KL = TileLayout<kBc, D>;
+  using QL = TileLayout<kBr, D>;
+  using SL = TileLayout<kBr, kBc>;  // dS, [query][key]
+  static constexpr int kSmemBytes = 2 * KL::kBytes + 4 * QL::kBytes + 4 * kBr * 4 + SL::kBytes;
+  static_assert(kSmemBytes <= kMaxSmemSm80, "backward tiles exceed shared memory");
+};
+
+// Deterministic dQ kernel: like the forward, a block owns kBr query rows (16 per warp) and streams
+// K/V tiles of kBc keys, double-buffered.
+template <int D>
+struct DqTraits {
+  static constexpr int kThreads = kThreadsPerBlock;
+  static constexpr int kBr = kWarps * kMmaRows;
+  static constexpr int kBc = D <= 128 ? 64 : 16;  // d=256: dQ takes 128 registers; 32 keys spilled
+  static constexpr int kSmemBytes = 2 * TileLayout<kBr, D>::kBytes + 4 * TileLayout<kBc, D>::kBytes;
+  static_assert(kSmemBytes <= kMaxSmemSm80, "dq tiles exceed shared memory");
+};
+
+}  // namespace flashattn::gpu::detail

@@ -1,0 +1,40 @@
+// flashattn::gpu — fused CUDA attention (tensor cores, sm_80 and newer), forward and recompute
+// backward. All tensors and arrays are device memory; calls are asynchronous on `stream`.
+//
+// Supported: f16 and bf16 (fp32 accumulation; f32 is rejected with flashattn::Error), head dims
+// 32, 64, 96, 128 and 256 (those compiled in, see FLASHATTN_GPU_HEAD_DIMS), every mask, softcap,
+// ALiBi, seqlens_k, varlen, GQA/MQA and strided layouts whose data pointers are 16-byte aligned and
+// whose strides are multiples of 8 elements. Validation copies the small device arrays (cu_seqlens,
+// seqlens_k, alibi_slopes) to the host, which waits for `stream`; errors are thrown before any
+// kernel runs. See docs/gpu.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "flashattn/args.hpp"
+
+// CUDA's own spelling of a stream handle, so this header needs no CUDA include.
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+
+namespace flashattn::gpu {
+
+// Validates `a` and computes out (and lse if set) on the device.
+void forward(const ForwardArgs& a, cudaStream_t stream = nullptr);
+
+// Validates `a` and computes dq, dk, dv on the device. With deterministic = false, dQ is summed
+// with fp32 atomics (fast, not bitwise repeatable); with deterministic = true a separate kernel
+// computes dQ per query block with no atomics, and repeated calls give identical bits.
+// dK and dV never use atomics.
+void backward(const BackwardArgs& a, cudaStream_t stream = nullptr, bool deterministic = false);
+
+// Returns the bytes of device scratch a backward call allocates (stream-ordered) beyond its inputs
+// and outputs: D = rowsum(dO∘O), plus the fp32 dQ accumulator unless deterministic.
+size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic = false);
+
+// Returns why the GPU backend cannot run a call with this dtype and head dim, or "" when it can.
+std::string unsupported_reason(DType dtype, int64_t head_dim);
+
+}  // namespace flashattn::gpu
