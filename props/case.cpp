@@ -1,0 +1,302 @@
+// Printing, parsing and generation of props::Case.
+#include "props/case.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace props {
+namespace {
+
+using flashattn::DType;
+
+constexpr int kFloatDigits = std::numeric_limits<float>::max_digits10;  // exact float round trip
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::bshd: return "bshd";
+    case Layout::bhsd: return "bhsd";
+    case Layout::padded: return "padded";
+  }
+  return "invalid";
+}
+
+const char* values_name(Values v) {
+  switch (v) {
+    case Values::normal: return "normal";
+    case Values::large: return "large";
+    case Values::ties: return "ties";
+    case Values::zero_v: return "zero_v";
+  }
+  return "invalid";
+}
+
+const char* alibi_name(Alibi a) {
+  switch (a) {
+    case Alibi::off: return "off";
+    case Alibi::shared: return "shared";
+    case Alibi::per_batch: return "per_batch";
+  }
+  return "invalid";
+}
+
+// Writes a list as "a,b,c", or "-" when empty.
+void write_list(std::ostream& os, const std::vector<int32_t>& v) {
+  if (v.empty()) {
+    os << '-';
+    return;
+  }
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+}
+
+[[noreturn]] void bad(const std::string& key, const std::string& value) {
+  throw std::invalid_argument("case field " + key + "=" + value + " is not valid");
+}
+
+int64_t to_int(const std::string& key, const std::string& s) {
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(s, &used);
+    if (used != s.size()) bad(key, s);
+    return v;
+  } catch (const std::logic_error&) {
+    bad(key, s);
+  }
+}
+
+float to_float(const std::string& key, const std::string& s) {
+  try {
+    size_t used = 0;
+    const float v = std::stof(s, &used);
+    if (used != s.size()) bad(key, s);
+    return v;
+  } catch (const std::logic_error&) {
+    bad(key, s);
+  }
+}
+
+std::vector<int32_t> to_list(const std::string& key, const std::string& s) {
+  std::vector<int32_t> r;
+  if (s == "-") return r;
+  std::istringstream is(s);
+  std::string item;
+  while (std::getline(is, item, ',')) r.push_back(static_cast<int32_t>(to_int(key, item)));
+  return r;
+}
+
+template <class E>
+E to_enum(const std::string& key, const std::string& s, const char* (*name)(E), int count) {
+  for (int i = 0; i < count; ++i)
+    if (s == name(static_cast<E>(i))) return static_cast<E>(i);
+  bad(key, s);
+}
+
+const char* dtype_label(DType t) { return flashattn::dtype_name(t); }
+
+// Sequence lengths: 1, powers of two and their neighbours, or anything up to max.
+rc::Gen<int64_t> gen_seqlen(int64_t max) {
+  return rc::gen::map(
+      rc::gen::weightedOneOf<int64_t>({
+          {3, rc::gen::just<int64_t>(1)},
+          {4, rc::gen::apply([](int p, int delta) { return std::max<int64_t>(1, (int64_t{1} << p) + delta); },
+                             rc::gen::inRange(0, 9), rc::gen::inRange(-1, 2))},
+          {3, rc::gen::inRange<int64_t>(1, max + 1)},
+      }),
+      [max](int64_t n) { return std::min(n, max); });
+}
+
+// Head dims: the GPU set, small odd dims, or anything up to max.
+rc::Gen<int64_t> gen_dim(int64_t max) {
+  return rc::gen::weightedOneOf<int64_t>({
+      {3, rc::gen::elementOf(std::vector<int64_t>{32, 64, 96, 128, 256})},
+      {2, rc::gen::inRange<int64_t>(1, 9)},
+      {3, rc::gen::inRange<int64_t>(1, max + 1)},
+  });
+}
+
+// Returns half of n rounded up (n >= 1).
+int64_t halve(int64_t n) { return (n + 1) / 2; }
+
+// Shrinks the lengths until the case's oracle cost fits `max_work` (halving the longest first).
+void fit_work(Case& c, int64_t max_work, int64_t min_group) {
+  while (c.work() > max_work) {
+    if (c.varlen()) {
+      auto longest = [](std::vector<int32_t>& v) { return std::max_element(v.begin(), v.end()); };
+      auto iq = longest(c.varlen_q), ik = longest(c.varlen_k);
+      if (std::max(*iq, *ik) > 1) {
+        if (*iq >= *ik) *iq = static_cast<int32_t>(halve(*iq));
+        else *ik = static_cast<int32_t>(halve(*ik));
+        continue;
+      }
+    } else if (std::max(c.seqlen_q, c.seqlen_k) > 1) {
+      if (c.seqlen_q >= c.seqlen_k) c.seqlen_q = halve(c.seqlen_q);
+      else c.seqlen_k = halve(c.seqlen_k);
+      continue;
+    }
+    if (c.group > min_group) --c.group;
+    else if (c.heads_k > 1) --c.heads_k;
+    else if (c.batch > 1) {
+      --c.batch;
+      if (c.varlen()) {
+        c.varlen_q.pop_back();
+        c.varlen_k.pop_back();
+      }
+    } else break;  // one row, one key, one head: nothing left to shrink
+  }
+  if (c.varlen()) {
+    c.seqlen_q = c.seqlen_k = 0;
+    for (int32_t n : c.varlen_q) c.seqlen_q += n;
+    for (int32_t n : c.varlen_k) c.seqlen_k += n;
+  }
+  if (!c.key_lengths.empty()) {
+    c.key_lengths.resize(static_cast<size_t>(c.batch));
+    for (int64_t s = 0; s < c.batch; ++s) {
+      const int32_t rows = c.varlen() ? c.varlen_k[s] : static_cast<int32_t>(c.seqlen_k);
+      c.key_lengths[s] = std::min(c.key_lengths[s], rows);
+    }
+  }
+}
+
+// Draws a mode flag: -1 sometimes (with `weight` in 4), 0 never, 1 always.
+bool draw_mode(int mode, int weight) {
+  if (mode >= 0) return mode == 1;
+  return *rc::gen::weightedElement<bool>({{4 - weight, false}, {weight, true}});
+}
+
+}  // namespace
+
+int64_t Case::work() const {
+  int64_t pairs = 0;
+  if (varlen()) {
+    for (size_t s = 0; s < varlen_q.size(); ++s) pairs += int64_t{varlen_q[s]} * varlen_k[s];
+  } else {
+    pairs = batch * seqlen_q * seqlen_k;
+  }
+  return pairs * heads_q() * dim;
+}
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  std::ostringstream s;
+  s << std::setprecision(kFloatDigits);
+  s << "b=" << c.batch << " hk=" << c.heads_k << " g=" << c.group << " nq=" << c.seqlen_q << " nk=" << c.seqlen_k
+    << " d=" << c.dim << " dtype=" << dtype_label(c.dtype) << " causal=" << (c.causal ? 1 : 0)
+    << " wl=" << c.window_left << " wr=" << c.window_right << " softcap=" << c.softcap
+    << " alibi=" << alibi_name(c.alibi) << " seqlens_k=";
+  write_list(s, c.key_lengths);
+  s << " varlen_q=";
+  write_list(s, c.varlen_q);
+  s << " varlen_k=";
+  write_list(s, c.varlen_k);
+  s << " layout=" << layout_name(c.layout) << " offset=" << (c.offset ? 1 : 0) << " values=" << values_name(c.values)
+    << " scale=" << c.scale << " seed=" << c.seed;
+  return os << s.str();
+}
+
+std::string to_string(const Case& c) {
+  std::ostringstream os;
+  os << c;
+  return os.str();
+}
+
+void showValue(const Case& c, std::ostream& os) { os << c; }
+
+Case parse_case(const std::string& line) {
+  std::map<std::string, std::string> f;
+  std::istringstream is(line);
+  std::string tok;
+  while (is >> tok) {
+    const size_t eq = tok.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("case token '" + tok + "' is not key=value");
+    f[tok.substr(0, eq)] = tok.substr(eq + 1);
+  }
+  auto take = [&](const char* key) {
+    auto it = f.find(key);
+    if (it == f.end()) throw std::invalid_argument(std::string("case line lacks field ") + key);
+    std::string v = it->second;
+    f.erase(it);
+    return v;
+  };
+  Case c;
+  c.batch = to_int("b", take("b"));
+  c.heads_k = to_int("hk", take("hk"));
+  c.group = to_int("g", take("g"));
+  c.seqlen_q = to_int("nq", take("nq"));
+  c.seqlen_k = to_int("nk", take("nk"));
+  c.dim = to_int("d", take("d"));
+  c.dtype = to_enum<DType>("dtype", take("dtype"), dtype_label, 3);
+  c.causal = to_int("causal", take("causal")) != 0;
+  c.window_left = to_int("wl", take("wl"));
+  c.window_right = to_int("wr", take("wr"));
+  c.softcap = to_float("softcap", take("softcap"));
+  c.alibi = to_enum<Alibi>("alibi", take("alibi"), alibi_name, 3);
+  c.key_lengths = to_list("seqlens_k", take("seqlens_k"));
+  c.varlen_q = to_list("varlen_q", take("varlen_q"));
+  c.varlen_k = to_list("varlen_k", take("varlen_k"));
+  c.layout = to_enum<Layout>("layout", take("layout"), layout_name, 3);
+  c.offset = to_int("offset", take("offset")) != 0;
+  c.values = to_enum<Values>("values", take("values"), values_name, 4);
+  c.scale = to_float("scale", take("scale"));
+  c.seed = static_cast<uint64_t>(to_int("seed", take("seed")));
+  if (!f.empty()) throw std::invalid_argument("case line has unknown field " + f.begin()->first);
+  if (c.varlen_q.size() != c.varlen_k.size())
+    throw std::invalid_argument("varlen_q and varlen_k must have the same number of sequences");
+  return c;
+}
+
+bool operator==(const Case& a, const Case& b) { return to_string(a) == to_string(b); }
+
+rc::Gen<Case> gen_case(const CaseSpace& space) {
+  return rc::gen::exec([space] {
+    Case c;
+    c.batch = *rc::gen::inRange<int64_t>(1, 4);
+    c.heads_k = *rc::gen::inRange<int64_t>(1, 5);
+    c.group = *rc::gen::inRange<int64_t>(space.min_group, std::max<int64_t>(space.min_group, 4) + 1);
+    c.dim = *gen_dim(space.max_dim);
+    c.dtype = *rc::gen::elementOf(space.dtypes);
+    if (draw_mode(space.varlen, 1)) {
+      for (int64_t s = 0; s < c.batch; ++s) {
+        // Empty sequences (0 rows) are part of the contract too.
+        c.varlen_q.push_back(static_cast<int32_t>(
+            *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {5, gen_seqlen(space.max_seqlen)}})));
+        c.varlen_k.push_back(static_cast<int32_t>(
+            *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {5, gen_seqlen(space.max_seqlen)}})));
+      }
+    } else {
+      c.seqlen_q = *gen_seqlen(space.max_seqlen);
+      c.seqlen_k = *gen_seqlen(space.max_seqlen);
+    }
+    if (space.masks) {
+      c.causal = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+      if (*rc::gen::weightedElement<bool>({{3, false}, {2, true}})) {
+        int64_t reach = std::max(c.seqlen_q, c.seqlen_k);
+        for (size_t s = 0; s < c.varlen_q.size(); ++s) reach = std::max<int64_t>({reach, c.varlen_q[s], c.varlen_k[s]});
+        reach += 2;  // windows wider than every sequence too
+        c.window_left = *rc::gen::inRange<int64_t>(-1, reach);
+        c.window_right = *rc::gen::inRange<int64_t>(-1, reach);
+      }
+      c.alibi = *rc::gen::weightedElement<Alibi>({{3, Alibi::off}, {1, Alibi::shared}, {1, Alibi::per_batch}});
+    }
+    if (space.softcap && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
+      c.softcap = *rc::gen::elementOf(std::vector<float>{0.5f, 2.0f, 30.0f, 50.0f});
+    if ((space.masks || space.key_lengths == 1) && draw_mode(space.key_lengths, 1)) {
+      for (int64_t s = 0; s < c.batch; ++s) {
+        const int64_t rows = c.varlen() ? c.varlen_k[s] : c.seqlen_k;
+        c.key_lengths.push_back(static_cast<int32_t>(*rc::gen::inRange<int64_t>(0, rows + 1)));
+      }
+    }
+    c.layout = *rc::gen::elementOf(std::vector<Layout>{Layout::bshd, Layout::bhsd, Layout::padded});
+    c.offset = *rc::gen::arbitrary<bool>();
+    c.values = *rc::gen::weightedElement<Values>(
+        {{4, Values::normal}, {1, Values::large}, {1, Values::ties}, {1, Values::zero_v}});
+    if (space.custom_scale && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
+      c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f});
+    c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
+    fit_work(c, space.max_work, space.min_group);
+    return c;
+  });
+}
+
+}  // namespace props

@@ -1,0 +1,100 @@
+// props::Case: one generated attention problem (shapes, masks, dtype, layout, values, seed).
+//
+// A case is plain data: it prints as ONE line of `key=value` fields (operator<<) and parses back
+// from that line (parse_case), so any failure RapidCheck reports can be replayed exactly with
+// FLASHATTN_REPLAY="<line>". Tensors are materialised from a case by props::Problem (buffers.hpp).
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "flashattn/types.hpp"
+
+namespace props {
+
+// Memory layout of every tensor view of a case.
+enum class Layout : uint8_t {
+  bshd,    // contiguous [batch, seq, heads, dim]
+  bhsd,    // contiguous [batch, heads, seq, dim]
+  padded,  // bshd order with gaps after each head row, seq row and batch (odd element counts)
+};
+
+// Distribution of the q, k, v values (dout is always standard normal).
+enum class Values : uint8_t {
+  normal,  // standard normal
+  large,   // q and k scaled so that |S| reaches ~1e3
+  ties,    // q, k, v in {-1, 0, 1}: many exactly equal scores
+  zero_v,  // normal q, k; about half of the v elements are exactly zero
+};
+
+// ALiBi slopes of a case.
+enum class Alibi : uint8_t {
+  off,
+  shared,     // slopes [Hq], shared by all sequences
+  per_batch,  // slopes [B, Hq] (alibi_batch_stride = Hq)
+};
+
+struct Case {
+  int64_t batch = 1;     // sequences (varlen: packed sequences; tensors then have batch 1)
+  int64_t heads_k = 1;   // key/value heads
+  int64_t group = 1;     // query heads per key/value head (heads_q = heads_k * group)
+  int64_t seqlen_q = 1;  // rows of q per batch (varlen: total rows = sum of varlen_q)
+  int64_t seqlen_k = 1;  // rows of k/v per batch (varlen: total rows = sum of varlen_k)
+  int64_t dim = 1;       // head dim of q, k, v
+  flashattn::DType dtype = flashattn::DType::f32;
+
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  float softcap = 0;                            // 0: off
+  Alibi alibi = Alibi::off;
+  std::vector<int32_t> key_lengths;  // seqlens_k, one per sequence; empty: off
+  std::vector<int32_t> varlen_q;     // per-sequence q lengths; empty: not varlen
+  std::vector<int32_t> varlen_k;     // per-sequence k lengths (same size as varlen_q)
+
+  Layout layout = Layout::bshd;
+  bool offset = false;  // base pointers moved by one element (aligned to the element only)
+  Values values = Values::normal;
+  float scale = 0;      // 0: default 1/sqrt(dim)
+  uint64_t seed = 0;    // seed of the tensor values
+
+  int64_t heads_q() const { return heads_k * group; }
+  bool varlen() const { return !varlen_q.empty(); }
+  int64_t tensor_batch() const { return varlen() ? 1 : batch; }
+  // Returns Σ over sequences of seqlen_q · seqlen_k · dim · heads_q: the oracle's cost of a case.
+  int64_t work() const;
+};
+
+// Writes the case as one line of space-separated key=value fields.
+std::ostream& operator<<(std::ostream& os, const Case& c);
+std::string to_string(const Case& c);
+// RapidCheck's hook for printing counterexamples (the same one line).
+void showValue(const Case& c, std::ostream& os);
+
+// Returns the case printed by operator<<. Throws std::invalid_argument naming the bad field.
+Case parse_case(const std::string& line);
+
+bool operator==(const Case& a, const Case& b);
+
+// What a generator may produce. The defaults cover every feature.
+struct CaseSpace {
+  bool masks = true;          // causal, window, ALiBi, seqlens_k may be on
+  int varlen = -1;            // -1: sometimes, 0: never, 1: always
+  int key_lengths = -1;       // seqlens_k: -1 sometimes, 0 never, 1 always
+  bool softcap = true;        // softcap may be on
+  bool custom_scale = true;   // scale may differ from 1/sqrt(d)
+  int64_t min_group = 1;      // smallest query heads per key/value head (2: always GQA)
+  int64_t max_work = int64_t{1} << 20;  // bound on Case::work() (keeps the fp64 oracle fast)
+  int64_t max_seqlen = 300;   // bound on one sequence's q and k lengths
+  int64_t max_dim = 160;      // bound on the non-GPU head dims (the GPU set 32..256 is always in)
+  std::vector<flashattn::DType> dtypes = {flashattn::DType::f32, flashattn::DType::f16, flashattn::DType::bf16};
+};
+
+// Returns a generator of cases in `space`: sequence lengths biased toward 1, powers of two and
+// their neighbours; head dims 1..max_dim plus 32/64/96/128/256; every mask, layout and value kind.
+rc::Gen<Case> gen_case(const CaseSpace& space = {});
+
+}  // namespace props

@@ -1,0 +1,29 @@
+// The cross-check of an implementation against the oracle on one case. Every check runs in
+// guarded buffers: canaries around every allocation and in layout padding, outputs poisoned with
+// NaN before the call, inputs compared bit for bit after it.
+#pragma once
+
+#include <string>
+
+#include "props/case.hpp"
+#include "props/registry.hpp"
+
+namespace props {
+
+// Runs impl.forward on the case; returns "" if out and lse agree with the fp64 oracle under the
+// tolerance rule (compare.hpp), rows that see no key give out = 0 and lse = -inf exactly, and the
+// buffers are intact; else a one-paragraph description of the first failure.
+std::string crosscheck_forward(const Implementation& impl, const Case& c);
+
+// As above for impl.backward (given the fp64 oracle's out and lse): dq, dk, dv agree with the
+// oracle; rows that see no key get dq = 0, keys no row sees get dk = dv = 0, exactly.
+std::string crosscheck_backward(const Implementation& impl, const Case& c);
+
+// Returns "" if two forward calls (and two backward calls, when implemented) on the same inputs
+// write bitwise identical outputs.
+std::string check_repeatable(const Implementation& impl, const Case& c);
+
+// Returns the replay instruction for a case: FLASHATTN_REPLAY='<line>'.
+std::string replay_hint(const Case& c);
+
+}  // namespace props

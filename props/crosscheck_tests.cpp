@@ -1,0 +1,94 @@
+// The properties every registered implementation must satisfy, one doctest TEST_CASE each, and the
+// replay test. Linked into every props runner.
+#include <cstdlib>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "props/case.hpp"
+#include "props/check.hpp"
+#include "props/crosscheck.hpp"
+#include "props/registry.hpp"
+
+namespace props {
+namespace {
+
+// Cases per property in CI (FLASHATTN_PROPS_CASES raises it).
+constexpr int kCrossCheckCases = 100;
+constexpr int kRepeatCases = 30;
+
+using CaseCheck = std::string (*)(const Implementation&, const Case&);
+
+// Checks `fn` for every registered implementation on generated cases, discarding cases the
+// implementation declares unsupported.
+void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases) {
+  for (const Implementation* impl : implementations()) {
+    if (needs_backward && !impl->backward) {
+      MESSAGE(impl->name << " has no backward: '" << property << "' does not apply");
+      continue;
+    }
+    check(
+        impl->name + "/" + property,
+        [impl, fn] {
+          const Case c = *gen_case();
+          if (impl->unsupported) {
+            const std::string why = impl->unsupported(c);
+            if (!why.empty()) RC_DISCARD(why);
+          }
+          const std::string e = fn(*impl, c);
+          if (!e.empty()) RC_FAIL(e);
+        },
+        cases);
+  }
+}
+
+const char* replay_line() { return std::getenv("FLASHATTN_REPLAY"); }
+
+}  // namespace
+
+TEST_CASE("forward agrees with the fp64 oracle") {
+  for_each_implementation("forward", crosscheck_forward, false, kCrossCheckCases);
+}
+
+TEST_CASE("backward agrees with the fp64 oracle") {
+  for_each_implementation("backward", crosscheck_backward, true, kCrossCheckCases);
+}
+
+TEST_CASE("repeated calls are bitwise identical") {
+  for_each_implementation("repeatable", check_repeatable, false, kRepeatCases);
+}
+
+TEST_CASE("case lines parse back to the same case") {
+  check("case-roundtrip", [] {
+    const Case c = *gen_case();
+    RC_ASSERT(to_string(parse_case(to_string(c))) == to_string(c));
+  });
+}
+
+// Runs every cross-check on the case in FLASHATTN_REPLAY (a line printed by a failure); skipped
+// (reported as such by doctest) when the variable is unset.
+TEST_CASE("replay" * doctest::skip(replay_line() == nullptr) *
+          doctest::description("set FLASHATTN_REPLAY='<case line>' to replay one printed case")) {
+  const Case c = parse_case(replay_line());
+  MESSAGE("replaying " << c);
+  for (const Implementation* impl : implementations()) {
+    INFO(impl->name);
+    if (impl->unsupported) {
+      const std::string why = impl->unsupported(c);
+      if (!why.empty()) {
+        MESSAGE(impl->name << " does not support this case: " << why);
+        continue;
+      }
+    }
+    const std::string fwd = crosscheck_forward(*impl, c);
+    CHECK_MESSAGE(fwd.empty(), fwd);
+    if (impl->backward) {
+      const std::string bwd = crosscheck_backward(*impl, c);
+      CHECK_MESSAGE(bwd.empty(), bwd);
+    }
+    const std::string rep = check_repeatable(*impl, c);
+    CHECK_MESSAGE(rep.empty(), rep);
+  }
+}
+
+}  // namespace props

@@ -1,0 +1,63 @@
+// props::Instance: the tensors of one Case, materialised in guarded host buffers.
+//
+// Inputs (q, k, v, dout, seqlens_k, cu_seqlens, ALiBi slopes) are filled deterministically from the
+// case's seed in logical index order, so the same case in another layout holds the same values.
+// Each *_args() call poisons the outputs with NaN and snapshots the inputs; check() then verifies
+// canaries, untouched padding and bit-identical inputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashattn/args.hpp"
+#include "props/buffers.hpp"
+#include "props/case.hpp"
+
+namespace props {
+
+class Instance {
+ public:
+  explicit Instance(const Case& c);
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  const Case& problem() const { return case_; }
+
+  // Returns forward arguments (out and lse poisoned with NaN; inputs snapshotted).
+  flashattn::ForwardArgs forward_args();
+
+  // Returns backward arguments. out and lse hold the fp64 oracle's forward (rounded to their
+  // dtypes) and are inputs here; dq, dk, dv are poisoned; inputs are snapshotted.
+  flashattn::BackwardArgs backward_args();
+
+  // Returns "" if, since the last *_args() call, no canary or padding byte of any buffer changed
+  // and every input is bit-identical; else a description of the first violation.
+  std::string check() const;
+
+  // Views (valid for the lifetime of the instance).
+  const flashattn::Tensor& q() const { return q_.view; }
+  const flashattn::Tensor& k() const { return k_.view; }
+  const flashattn::Tensor& v() const { return v_.view; }
+  const flashattn::Tensor& out() const { return out_.view; }
+  const flashattn::Tensor& dout() const { return dout_.view; }
+  const flashattn::Tensor& dq() const { return dq_.view; }
+  const flashattn::Tensor& dk() const { return dk_.view; }
+  const flashattn::Tensor& dv() const { return dv_.view; }
+  const float* lse() const { return reinterpret_cast<const float*>(lse_.data()); }
+  int64_t lse_count() const { return lse_count_; }
+
+ private:
+  void fill_inputs();
+  flashattn::ForwardArgs base_args();
+
+  Case case_;
+  GuardedTensor q_, k_, v_, out_, dout_, dq_, dk_, dv_;
+  Buffer lse_, key_lengths_, cu_q_, cu_k_, alibi_;
+  int64_t lse_count_ = 0;
+  bool backward_ = false;  // whether the last call was backward (out and lse are then inputs)
+};
+
+// Returns the scale a case's call uses (its custom scale or 1/sqrt(dim)).
+double effective_scale(const Case& c);
+
+}  // namespace props

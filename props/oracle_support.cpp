@@ -1,0 +1,120 @@
+// Helpers of the oracle's own properties (see oracle_support.hpp).
+#include "props/oracle_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "flashattn/convert.hpp"
+#include "flashattn/problem.hpp"
+#include "props/buffers.hpp"
+#include "props/compare.hpp"
+
+namespace props {
+namespace {
+
+using flashattn::DType;
+using flashattn::Tensor;
+
+// Allocates contiguous bshd storage for `d` in `dtype`, stores its values, returns the view.
+Tensor store(std::vector<unsigned char>& mem, DType dtype, const Dense& d) {
+  mem.assign(std::max<size_t>(1, d.data.size()) * flashattn::dtype_size(dtype), 0);
+  const Tensor t = flashattn::bshd(mem.data(), dtype, d.batch, d.seq, d.heads, d.dim);
+  write_dense(t, d.data);
+  return t;
+}
+
+}  // namespace
+
+Dense dense_of(const Tensor& t) {
+  Dense d(t.batch, t.seq, t.heads, t.dim);
+  d.data = read_dense(t);
+  return d;
+}
+
+Options options_of(const flashattn::ForwardArgs& a) {
+  Options o;
+  o.scale = a.scale;
+  o.causal = a.causal;
+  o.window_left = a.window_left;
+  o.window_right = a.window_right;
+  o.softcap = a.softcap;
+  const int64_t nseq = flashattn::num_sequences(a);
+  if (a.alibi_slopes) {
+    o.alibi_batch_stride = a.alibi_batch_stride;
+    o.alibi_slopes.assign(a.alibi_slopes, a.alibi_slopes + (a.alibi_batch_stride ? nseq * a.alibi_batch_stride : a.q.heads));
+  }
+  if (a.seqlens_k) o.seqlens_k.assign(a.seqlens_k, a.seqlens_k + nseq);
+  if (a.cu_seqlens_q) {
+    o.cu_seqlens_q.assign(a.cu_seqlens_q, a.cu_seqlens_q + nseq + 1);
+    o.cu_seqlens_k.assign(a.cu_seqlens_k, a.cu_seqlens_k + nseq + 1);
+    o.varlen_batch = a.varlen_batch;
+  }
+  return o;
+}
+
+Call::Call(const Options& o, DType dtype, const Dense& q, const Dense& k, const Dense& v, const Dense& dout)
+    : options_(o) {
+  flashattn::BackwardArgs& a = args_;
+  a.q = store(q_, dtype, q);
+  a.k = store(k_, dtype, k);
+  a.v = store(v_, dtype, v);
+  a.dout = store(dout_, dtype, dout);
+  a.out = store(out_, dtype, Dense(q.batch, q.seq, q.heads, q.dim));
+  a.dq = store(dq_, dtype, Dense(q.batch, q.seq, q.heads, q.dim));
+  a.dk = store(dk_, dtype, Dense(k.batch, k.seq, k.heads, k.dim));
+  a.dv = store(dv_, dtype, Dense(k.batch, k.seq, k.heads, k.dim));
+  lse_.assign(static_cast<size_t>(std::max<int64_t>(1, q.batch * q.heads * q.seq)), 0.0f);
+  a.lse = lse_.data();
+  a.scale = options_.scale;
+  a.causal = options_.causal;
+  a.window_left = options_.window_left;
+  a.window_right = options_.window_right;
+  a.softcap = options_.softcap;
+  if (!options_.alibi_slopes.empty()) {
+    a.alibi_slopes = options_.alibi_slopes.data();
+    a.alibi_batch_stride = options_.alibi_batch_stride;
+  }
+  if (!options_.seqlens_k.empty()) a.seqlens_k = options_.seqlens_k.data();
+  if (!options_.cu_seqlens_q.empty()) {
+    a.cu_seqlens_q = options_.cu_seqlens_q.data();
+    a.cu_seqlens_k = options_.cu_seqlens_k.data();
+    a.varlen_batch = options_.varlen_batch;
+  }
+}
+
+flashattn::reference::ForwardValues Call::forward(flashattn::reference::Precision p) const {
+  return flashattn::reference::forward_values(args_, p);
+}
+
+flashattn::reference::BackwardValues Call::backward(flashattn::reference::Precision p) const {
+  return flashattn::reference::backward_values(args_, p);
+}
+
+const flashattn::BackwardArgs& Call::run_forward() {
+  flashattn::reference::forward(args_, flashattn::reference::Precision::fp64);
+  return args_;
+}
+
+std::string close(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what) {
+  if (a.size() != b.size()) return std::string(what) + ": sizes differ";
+  const double limit = tol * std::max(1.0, max_abs_finite(b));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool ok = std::isfinite(b[i]) ? std::isfinite(a[i]) && std::fabs(a[i] - b[i]) <= limit : a[i] == b[i];
+    if (!ok) {
+      std::ostringstream os;
+      os.precision(17);
+      os << what << "[" << i << "]: " << a[i] << " vs " << b[i] << " (allowed difference " << limit << ")";
+      return os.str();
+    }
+  }
+  return "";
+}
+
+std::string no_nan(const std::vector<double>& x, const char* what) {
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::isnan(x[i])) return std::string(what) + "[" + std::to_string(i) + "] is NaN";
+  return "";
+}
+
+}  // namespace props

@@ -1,0 +1,40 @@
+// Registry of implementations under test and the runners' doctest entry point.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "props/registry.hpp"
+
+#include <cstdlib>
+#include <iostream>
+
+#include <doctest/doctest.h>
+
+namespace props {
+namespace {
+
+std::vector<Implementation>& registry() {
+  static std::vector<Implementation> r;
+  return r;
+}
+
+}  // namespace
+
+void add(Implementation impl) { registry().push_back(std::move(impl)); }
+
+std::vector<const Implementation*> implementations() {
+  const char* only = std::getenv("FLASHATTN_PROPS_IMPL");
+  std::vector<const Implementation*> r;
+  for (const Implementation& i : registry())
+    if (!only || i.name == only) r.push_back(&i);
+  return r;
+}
+
+int run(int argc, char** argv) {
+  if (registry().empty()) {
+    std::cerr << "props::run: no implementation registered (call props::add first)\n";
+    return EXIT_FAILURE;
+  }
+  doctest::Context context;
+  context.applyCommandLine(argc, argv);
+  return context.run();
+}
+
+}  // namespace props

@@ -1,0 +1,21 @@
+# Property runners: one executable per set of implementations, each TEST_CASE (property) its own
+# ctest entry, labelled "props". FLASHATTN_PROPS_CASES=N in the environment raises the cases per
+# property; RC_PARAMS works as usual.
+find_package(doctest CONFIG REQUIRED)
+include(doctest)
+
+# flashattn_props_runner(<target> SOURCES <runner.cpp>... [LIBRARIES <lib>...] [LABELS <label>...])
+# builds a runner from its sources (which call props::add and props::run) plus the cross-check
+# properties, and registers each of its test cases with ctest.
+function(flashattn_props_runner target)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBRARIES;LABELS" ${ARGN})
+  add_executable(${target} ${ARG_SOURCES})
+  target_link_libraries(${target} PRIVATE flashattn_props ${ARG_LIBRARIES})
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  doctest_discover_tests(${target} TEST_PREFIX "${target}: " PROPERTIES LABELS "props;${ARG_LABELS}")
+endfunction()
+
+# The oracle in both precisions, plus the properties of the oracle itself.
+flashattn_props_runner(flashattn_props_reference
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/props_reference.cpp
+  LIBRARIES flashattn_props_oracle)
