@@ -11,6 +11,9 @@
 #ifdef FLASHATTN_HAVE_CPU
 #include "flashattn/cpu.hpp"
 #endif
+#ifdef FLASHATTN_HAVE_GPU
+#include "gpu_bench.hpp"
+#endif
 
 namespace bench {
 
@@ -104,6 +107,9 @@ std::vector<std::string> available_impls() {
 #ifdef FLASHATTN_HAVE_CPU
   v.push_back("cpu");
 #endif
+#ifdef FLASHATTN_HAVE_GPU
+  if (!gpu_name().empty()) v.push_back("gpu");  // built, and a GPU is present
+#endif
   v.push_back("standard");
   return v;
 }
@@ -112,6 +118,9 @@ std::unique_ptr<Runner> make_runner(const std::string& name, const RunSettings& 
   if (name == "reference") return std::make_unique<ReferenceRunner>();
 #ifdef FLASHATTN_HAVE_CPU
   if (name == "cpu") return std::make_unique<CpuRunner>(s);
+#endif
+#ifdef FLASHATTN_HAVE_GPU
+  if (name == "gpu") return make_gpu_runner();
 #endif
   if (name == "standard") return std::make_unique<StandardRunner>();
   (void)s;

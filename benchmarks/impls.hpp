@@ -24,9 +24,15 @@ class Runner {
   virtual std::string name() const = 0;
   // Returns why the case cannot run here (too slow, too much memory), or "" when it can.
   virtual std::string refuse(const Case& c, const RunSettings& s) const = 0;
-  // Computes out and lse. `for_backward`: a backward on the same tensors follows.
+  // Makes the implementation's copy of the inputs (device memory for the GPU); called once per case
+  // before the first forward. Host implementations read the host tensors directly.
+  virtual void prepare(const flashattn::BackwardArgs&) {}
+  // Copies the results of the last call of `pass` into the host outputs of `a` (GPU); no-op on host.
+  virtual void fetch(const flashattn::BackwardArgs&, Pass) {}
+  // Computes out and lse, and returns when they are complete. `for_backward`: a backward on the
+  // same tensors follows.
   virtual void forward(const flashattn::ForwardArgs& a, const Case& c, bool for_backward) = 0;
-  // Computes dq, dk, dv; called after forward(a, c, true) on the same tensors.
+  // Computes dq, dk, dv (complete on return); called after forward(a, c, true) on the same tensors.
   virtual void backward(const flashattn::BackwardArgs& a, const Case& c) = 0;
   // Returns the bytes beyond inputs and outputs the implementation states it needs for the pass
   // (0 when it states nothing); the benchmark also measures heap growth.

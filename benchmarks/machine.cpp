@@ -40,6 +40,13 @@ double available_memory_bytes() {
   return 0;
 }
 
+double load_average() {
+  std::ifstream f("/proc/loadavg");
+  double one = 0;
+  f >> one;
+  return one;
+}
+
 void ensure_openblas_coretype(int argc, char** argv) {
   if (std::getenv(kReexecMarker)) return;
   std::string want;  // empty: let OpenBLAS choose

@@ -11,6 +11,9 @@ std::string cpu_model();
 // Returns MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 double available_memory_bytes();
 
+// Returns the 1-minute load average (0 if unreadable).
+double load_average();
+
 // OpenBLAS reads OPENBLAS_CORETYPE when the library loads, before main. Re-executes this program
 // (once) with the variable unset, or set to the value given by --openblas-coretype, when the
 // environment disagrees. Returns only when no re-execution is needed (or it failed).

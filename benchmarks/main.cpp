@@ -10,6 +10,9 @@
 #include <memory>
 
 #include "alloc_meter.hpp"
+#ifdef FLASHATTN_HAVE_GPU
+#include "gpu_bench.hpp"
+#endif
 #include "impls.hpp"
 #include "machine.hpp"
 #include "options.hpp"
@@ -87,6 +90,7 @@ class Bench {
     try {
       Outputs outs = data.make_outputs();
       flashattn::BackwardArgs a = data.backward_args(outs);
+      run->prepare(a);
       // First call: result for the check, heap growth for the memory column.
       if (bwd) run->forward(a, c, true);
       alloc_meter_start();
@@ -96,9 +100,10 @@ class Bench {
         run->forward(a, c, false);
       }
       r.extra_bytes_measured = alloc_meter_peak_delta();
+      run->fetch(a, c.problem.pass);
       r.extra_bytes_declared = run->declared_bytes(a, c);
       r.extra_bytes = std::max(r.extra_bytes_measured, r.extra_bytes_declared);
-      if (o_.no_check) {
+      if (o_.no_check || (o_.check_max_seqlen > 0 && c.problem.seqlen_k > o_.check_max_seqlen)) {
         r.check_against = "skipped";
         r.check_passed = true;
       } else {
@@ -197,12 +202,28 @@ int run(int argc, char** argv) {
   m.blas_core = Standard::blas_core();
   m.threads = omp_get_max_threads();
   m.gpu = "none";
+  m.load_average = load_average();
+#ifdef FLASHATTN_HAVE_GPU
+  if (!gpu_name().empty()) m.gpu = gpu_name();
+#endif
+  const bool gpu_used = std::find(available.begin(), available.end(), "gpu") != available.end() &&
+                        std::any_of(ordered.begin(), ordered.end(), [](const Case& c) { return c.impl == "gpu"; });
   std::cout << "flashattn-bench on " << m.cpu_model << ", " << m.threads << " threads, SIMD " << m.simd_target
             << ", OpenBLAS core " << m.blas_core << "; implementations:";
   for (const auto& a : available) std::cout << ' ' << a;
   std::cout << "\n" << ordered.size() << " cases" << (o.custom ? "" : " (built-in default set)") << std::endl;
+  if (m.load_average > m.threads)
+    std::printf("warning: load average %.1f on %d threads: other processes compete for the cores; timings are noisy\n",
+                m.load_average, m.threads);
 
   m.peak_before = measure_fma_peak_gflops(m.threads, o.peak_seconds);
+#ifdef FLASHATTN_HAVE_GPU
+  if (gpu_used) {
+    const GpuCeilings g = measure_gpu_ceilings();
+    m.gpu_copy_gbps = g.copy_gbps;
+    m.gpu_gemm_before = g.gemm_tflops * 1e3;
+  }
+#endif
   Bench bench(o, s);
   std::vector<Result> results;
   const auto t0 = Clock::now();
@@ -213,13 +234,19 @@ int run(int argc, char** argv) {
     i = j;
   }
   m.peak_after = measure_fma_peak_gflops(m.threads, o.peak_seconds);
+#ifdef FLASHATTN_HAVE_GPU
+  if (gpu_used) m.gpu_gemm_after = measure_gpu_ceilings().gemm_tflops * 1e3;
+#endif
   for (Result& r : results) {
-    r.peak_gflops = m.peak();
-    r.efficiency = r.status == "ok" ? r.gflops / m.peak() : 0;
+    r.peak_gflops = r.c.impl == "gpu" ? m.gpu_peak() : m.peak();
+    r.efficiency = r.status == "ok" && r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0;
   }
 
   std::printf("FMA peak (fp32, %d threads, %s): %.0f GFLOP/s before, %.0f after; %%peak uses %.0f\n", m.threads,
               m.simd_target.c_str(), m.peak_before, m.peak_after, m.peak());
+  if (gpu_used)
+    std::printf("GPU %s: copy %.0f GB/s; cuBLAS bf16 GEMM %.0f GFLOP/s before, %.0f after; gpu %%peak uses %.0f\n",
+                m.gpu.c_str(), m.gpu_copy_gbps, m.gpu_gemm_before, m.gpu_gemm_after, m.gpu_peak());
   print_table(std::cout, results);
   if (o.tile_sweep) print_tile_summary(results);
 

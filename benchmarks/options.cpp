@@ -55,6 +55,9 @@ int parse_options(int argc, char** argv, const std::vector<std::string>& availab
   app.add_option("--max-seconds", o.max_seconds, "per case: stop repeating after 2 reps once this much time was spent");
   app.add_option("--threads", o.threads, "OpenMP threads for every implementation and the peak test (0: all cores)");
   app.add_flag("--no-check", o.no_check, "time without checking (for sizes where no trusted implementation fits)");
+  app.add_option("--check-max-seqlen", o.check_max_seqlen,
+                 "check only cases with at most this many keys; longer ones are timed unchecked (0: check all).\n"
+                 "For sweeps whose longest cases fit no trusted implementation");
   app.add_option("--oracle-limit", o.oracle_limit,
                  "largest oracle cost (multiply-adds, B*Hq*Nq*Nk*d times 2 fwd / 6 bwd) used for checks and for\n"
                  "timing the reference implementation; above it checks use another fp32 implementation");

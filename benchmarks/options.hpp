@@ -17,6 +17,7 @@ struct Options {
   double max_seconds = 5;    // per case: stop repeating (after 2 reps) once this much time was spent
   int threads = 0;
   bool no_check = false;
+  int64_t check_max_seqlen = 0;  // > 0: cases with more keys than this run unchecked
   double oracle_limit = 4e8;  // multiply-adds
   double mem_limit_gib = 0;   // 0: 70 % of MemAvailable
   double peak_seconds = 0.6;

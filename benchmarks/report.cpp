@@ -45,7 +45,7 @@ std::string tiles(const Case& c) {
 }
 
 std::string check_text(const Result& r) {
-  if (r.check_against == "skipped") return "unchecked (--no-check)";
+  if (r.check_against == "skipped") return "unchecked (--no-check / --check-max-seqlen)";
   std::string s = (r.check_passed ? "PASS " : "FAIL ") + r.check_against;
   if (r.check_against != "none") s += " err " + sci(r.check_max_err) + " <= " + sci(r.check_bound);
   if (!r.check_passed) s += " (" + r.check_note + ")";
@@ -138,7 +138,9 @@ void write_json(const std::string& path, const MachineInfo& m, const std::vector
   nlohmann::ordered_json j;
   j["machine"] = {{"cpu_model", m.cpu_model}, {"simd_target", m.simd_target}, {"blas_core", m.blas_core},
                   {"gpu", m.gpu},             {"threads", m.threads},         {"peak_gflops_before", m.peak_before},
-                  {"peak_gflops_after", m.peak_after}, {"peak_gflops", m.peak()}};
+                  {"peak_gflops_after", m.peak_after}, {"peak_gflops", m.peak()}, {"load_average", m.load_average},
+                  {"gpu_copy_gbps", m.gpu_copy_gbps}, {"gpu_gemm_bf16_gflops_before", m.gpu_gemm_before},
+                  {"gpu_gemm_bf16_gflops_after", m.gpu_gemm_after}};
   j["results"] = nlohmann::ordered_json::array();
   for (const Result& r : rs) j["results"].push_back(record(r));
   open_or_throw(path) << j.dump(2) << '\n';

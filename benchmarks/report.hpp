@@ -33,7 +33,11 @@ struct MachineInfo {
   std::string cpu_model, simd_target, blas_core, gpu;
   int threads = 0;
   double peak_before = 0, peak_after = 0;  // GFLOP/s, measured right before and after the timings
+  double load_average = 0;                 // 1-minute load average at the start (other processes)
+  double gpu_copy_gbps = 0;                // GPU device-to-device copy, GB/s (0: no GPU)
+  double gpu_gemm_before = 0, gpu_gemm_after = 0;  // cuBLAS bf16 GEMM GFLOP/s before and after
   double peak() const { return peak_before > peak_after ? peak_before : peak_after; }
+  double gpu_peak() const { return gpu_gemm_before > gpu_gemm_after ? gpu_gemm_before : gpu_gemm_after; }
 };
 
 // Prints the results as an aligned table.
