@@ -9,6 +9,7 @@ add_executable(flashattn_unit
   ${CMAKE_CURRENT_LIST_DIR}/unit_mask.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_merge.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_problem.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_reference_rounding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_forward.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_backward.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_varlen.cpp
