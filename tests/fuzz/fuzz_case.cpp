@@ -1,0 +1,401 @@
+// Decodes fuzzer bytes into a FuzzCase (see fuzz_case.hpp).
+#include "fuzz_case.hpp"
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "byte_reader.hpp"
+#include "flashattn/convert.hpp"
+#include "flashattn/reference.hpp"
+
+namespace flashattn::fuzz {
+namespace {
+
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
+
+// Sizes, strides, window values and counts that sit on the boundaries validation must get right.
+constexpr int64_t kHostileI64[] = {0,  1,  -1, 2,  3,     7,          8,          9,
+                                   64, 65, -2, 46341, 3037000500, 2147483647, int64_t{1} << 31,
+                                   int64_t{1} << 32, int64_t{1} << 62, kI64Max, kI64Min, kI64Min + 1};
+constexpr int32_t kHostileI32[] = {0, 1, -1, 2, 3, 5, 6, 100, 2147483647, -2147483647 - 1};
+// Non-finite, huge, tiny and subnormal floats (for scale, softcap, ALiBi slopes and input values).
+const float kHostileF32[] = {0.0f,
+                             1.0f,
+                             -1.0f,
+                             0.125f,
+                             1e4f,
+                             -1e4f,
+                             1e30f,
+                             1e-30f,
+                             FLT_MIN / 4,  // subnormal
+                             FLT_MAX,
+                             -FLT_MAX,
+                             65504.0f,        // largest finite f16
+                             3.3895314e38f,   // largest finite bf16
+                             std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(),
+                             std::numeric_limits<float>::quiet_NaN()};
+constexpr int64_t kHeadDims[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64};
+constexpr int64_t kWindows[] = {-1, 0, 1, 2, 5};
+constexpr float kScales[] = {0.0f, 0.0f, 0.0f, 0.5f, 1.0f, -0.5f, 2.0f};
+constexpr float kSoftcaps[] = {0.0f, 0.0f, 0.0f, 1.0f, 5.0f, 30.0f};
+constexpr float kSlopes[] = {0.0f, 0.0625f, 0.25f, 0.5f, 1.0f};
+constexpr float kInputRange = 2.0f;  // inputs are uniform in [-kInputRange, kInputRange]
+
+constexpr const char* kTensorNames[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+constexpr Slot kTensorSlots[] = {kQ, kK, kV, kOut, kDout, kDq, kDk, kDv};
+constexpr int kNumTensors = 8;
+
+template <class T, size_t N>
+constexpr unsigned count_of(const T (&)[N]) { return N; }
+
+Tensor& tensor(FuzzCase& c, int t) {
+  BackwardArgs& a = c.args;
+  Tensor* all[kNumTensors] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
+  return *all[t];
+}
+
+// Returns a hostile int64: a boundary value, or `current` moved by a small signed step.
+int64_t hostile_i64(ByteReader& r, int64_t current) {
+  if (r.chance(128)) return kHostileI64[r.pick(count_of(kHostileI64))];
+  const int64_t step = r.take<int8_t>();
+  int64_t out;
+  return __builtin_add_overflow(current, step, &out) ? current : out;
+}
+
+int32_t hostile_i32(ByteReader& r, int32_t current) {
+  if (r.chance(128)) return kHostileI32[r.pick(count_of(kHostileI32))];
+  const int64_t v = int64_t{current} + r.take<int8_t>();
+  return v < INT32_MIN || v > INT32_MAX ? current : static_cast<int32_t>(v);
+}
+
+float hostile_f32(ByteReader& r) { return kHostileF32[r.pick(count_of(kHostileF32))]; }
+
+// Returns the largest element offset of t (t has sizes > 0 and non-negative strides).
+int64_t last_offset(const Tensor& t) {
+  return (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim - 1;
+}
+
+// Gives t its layout (chosen by the reader) over sizes already set: bshd, bhsd, padded, or (inputs)
+// broadcast over the batch.
+void choose_layout(ByteReader& r, Tensor& t, bool input, std::string& trace) {
+  const int64_t B = t.batch, N = t.seq, H = t.heads, d = t.dim;
+  switch (r.pick(4)) {
+    case 0: t = bshd(nullptr, t.dtype, B, N, H, d); trace += "bshd "; break;
+    case 1: t = bhsd(nullptr, t.dtype, B, N, H, d); trace += "bhsd "; break;
+    case 2: {
+      const int64_t ph = r.pick(4), ps = r.pick(4), pb = r.pick(4);
+      t.stride_head = d + ph;
+      t.stride_seq = H * t.stride_head + ps;
+      t.stride_batch = N * t.stride_seq + pb;
+      trace += "padded(" + std::to_string(ph) + "," + std::to_string(ps) + "," + std::to_string(pb) + ") ";
+      break;
+    }
+    default:
+      t = bshd(nullptr, t.dtype, B, N, H, d);
+      if (input) {
+        t.stride_batch = 0;
+        trace += "broadcast ";
+      } else {
+        trace += "bshd ";
+      }
+  }
+}
+
+// Allocates the buffer of slot s to exactly span view t and points t at it.
+void allocate(FuzzCase& c, Slot s, Tensor& t) {
+  const bool has_elements = t.batch > 0 && t.seq > 0 && t.heads > 0 && t.dim > 0;
+  const int64_t bytes = has_elements ? (last_offset(t) + 1) * static_cast<int64_t>(dtype_size(t.dtype)) : 0;
+  Buffer& b = c.buffers[s];
+  b.size = static_cast<size_t>(bytes);
+  b.bytes.reset(new unsigned char[b.size > 0 ? b.size : 1]);  // a distinct address even when empty
+  t.data = b.begin();
+}
+
+// Returns t, or f16 (a 2-byte stand-in, matching dtype_size) when t is not a DType value.
+DType storage_type(DType t) { return t == DType::f32 || t == DType::bf16 ? t : DType::f16; }
+
+// Fills buffer b with values uniform in [-range, range] (stored in dtype t) from a xorshift stream.
+void fill(Buffer& b, DType dtype, uint32_t seed, float lo, float hi) {
+  const DType t = storage_type(dtype);
+  uint32_t x = seed | 1u;
+  const size_t n = b.size / dtype_size(t);
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    const float u = static_cast<float>(x >> 8) * 0x1p-24f;
+    store_from_float(b.begin(), t, static_cast<int64_t>(i), lo + (hi - lo) * u);
+  }
+}
+
+// Returns the number of elements array `p` has, if p points at the start of one of the case's side
+// arrays (-1 otherwise).
+int64_t side_count(const FuzzCase& c, const void* p) {
+  if (p == nullptr) return 0;
+  if (p == c.cu_q.data.get()) return c.cu_q.count;
+  if (p == c.cu_k.data.get()) return c.cu_k.count;
+  if (p == c.seqlens_k.data.get()) return c.seqlens_k.count;
+  if (p == c.alibi.data.get()) return c.alibi.count;
+  return -1;
+}
+
+// Returns the bytes from p to the end of the buffer holding it (0 if none holds it).
+size_t room_after(const FuzzCase& c, const void* p) {
+  const auto x = reinterpret_cast<uintptr_t>(p);
+  for (const Buffer& b : c.buffers) {
+    const auto lo = reinterpret_cast<uintptr_t>(b.begin()), hi = reinterpret_cast<uintptr_t>(b.end());
+    if (p != nullptr && x >= lo && x <= hi) return hi - x;
+  }
+  return 0;
+}
+
+// Decodes the consistent problem the mutations start from.
+void decode_base(ByteReader& r, FuzzCase& c) {
+  BackwardArgs& a = c.args;
+  c.backward = r.chance(96);
+  const uint8_t dt = r.take<uint8_t>();
+  const DType dtype = static_cast<DType>(dt >= 250 ? dt : dt % 3);  // now and then not a DType
+  const int64_t hk = 1 + r.pick(3), group = 1 + r.pick(3), d = kHeadDims[r.pick(count_of(kHeadDims))];
+  const bool varlen = r.chance(64);
+  int64_t batch = r.pick(4), nq = r.pick(10), nk = r.pick(10), nseq = batch;
+  c.trace = std::string(c.backward ? "backward" : "forward") + " dtype=" + std::to_string(dt) +
+            " hk=" + std::to_string(hk) + " group=" + std::to_string(group) + " d=" + std::to_string(d);
+  if (varlen) {
+    nseq = 1 + r.pick(3);
+    c.cu_q.resize(nseq + 1);
+    c.cu_k.resize(nseq + 1);
+    int64_t longest_q = 0, longest_k = 0;
+    for (int64_t s = 0; s < nseq; ++s) {
+      const int32_t lq = static_cast<int32_t>(r.pick(6)), lk = static_cast<int32_t>(r.pick(6));
+      c.cu_q.data[s + 1] = c.cu_q.data[s] + lq;
+      c.cu_k.data[s + 1] = c.cu_k.data[s] + lk;
+      longest_q = std::max<int64_t>(longest_q, lq);
+      longest_k = std::max<int64_t>(longest_k, lk);
+    }
+    batch = 1;
+    nq = c.cu_q.data[nseq] + r.pick(3);  // packed rows, plus rows no sequence owns
+    nk = c.cu_k.data[nseq] + r.pick(3);
+    a.cu_seqlens_q = c.cu_q.data.get();
+    a.cu_seqlens_k = c.cu_k.data.get();
+    a.varlen_batch = nseq;
+    if (r.chance(128)) {
+      a.max_seqlen_q = longest_q;
+      a.max_seqlen_k = longest_k;
+    }
+    c.trace += " varlen(" + std::to_string(nseq) + " seqs)";
+  }
+  c.trace += " B=" + std::to_string(batch) + " Nq=" + std::to_string(nq) + " Nk=" + std::to_string(nk) + " layouts: ";
+  const int64_t hq = hk * group;
+  for (int t = 0; t < kNumTensors; ++t) {
+    Tensor& v = tensor(c, t);
+    const bool key_side = t == 1 || t == 2 || t == 6 || t == 7;
+    v = bshd(nullptr, dtype, batch, key_side ? nk : nq, key_side ? hk : hq, d);
+    choose_layout(r, v, t < 3 || t == 4, c.trace);
+    allocate(c, kTensorSlots[t], v);
+  }
+  // Key lengths per sequence.
+  if (r.chance(64)) {
+    c.seqlens_k.resize(nseq);
+    for (int64_t s = 0; s < nseq; ++s) {
+      const int64_t rows = varlen ? c.cu_k.data[s + 1] - c.cu_k.data[s] : nk;
+      c.seqlens_k.data[s] = static_cast<int32_t>(r.pick(static_cast<unsigned>(rows + 1)));
+    }
+    a.seqlens_k = c.seqlens_k.data.get();
+    c.trace += " seqlens_k";
+  }
+  // Mask and score options.
+  a.causal = r.chance(96);
+  if (r.chance(64)) a.window_left = kWindows[r.pick(count_of(kWindows))];
+  if (r.chance(64)) a.window_right = kWindows[r.pick(count_of(kWindows))];
+  a.scale = kScales[r.pick(count_of(kScales))];
+  a.softcap = kSoftcaps[r.pick(count_of(kSoftcaps))];
+  if (r.chance(48)) {
+    const bool per_seq = r.chance(128);
+    a.alibi_batch_stride = per_seq ? hq + r.pick(2) : 0;
+    c.alibi.resize(per_seq ? nseq * a.alibi_batch_stride : hq);
+    for (int64_t i = 0; i < c.alibi.count; ++i) c.alibi.data[i] = kSlopes[r.pick(count_of(kSlopes))];
+    a.alibi_slopes = c.alibi.data.get();
+    c.trace += " alibi(stride " + std::to_string(a.alibi_batch_stride) + ")";
+  }
+  c.trace += std::string(" causal=") + (a.causal ? "1" : "0") + " window=(" + std::to_string(a.window_left) + "," +
+             std::to_string(a.window_right) + ") scale=" + std::to_string(a.scale) +
+             " softcap=" + std::to_string(a.softcap);
+  // LSE: optional for the forward, required (an input) for the backward.
+  Buffer& lse = c.buffers[kLse];
+  lse.size = static_cast<size_t>(batch * hq * nq) * sizeof(float);
+  lse.bytes.reset(new unsigned char[lse.size > 0 ? lse.size : 1]);
+  if (c.backward || r.chance(192)) a.lse = reinterpret_cast<float*>(lse.begin());
+  // Input values.
+  for (Slot s : {kQ, kK, kV, kDout, kOut}) fill(c.buffers[s], dtype, r.take<uint32_t>(), -kInputRange, kInputRange);
+  fill(lse, DType::f32, r.take<uint32_t>(), 0.0f, 2 * kInputRange);
+}
+
+// Overwrites one field of the case with a hostile value.
+void mutate(ByteReader& r, FuzzCase& c) {
+  BackwardArgs& a = c.args;
+  std::string& tr = c.trace;
+  const int t = static_cast<int>(r.pick(kNumTensors));
+  Tensor& v = tensor(c, t);
+  const std::string name = kTensorNames[t];
+  switch (r.pick(14)) {
+    case 0: {  // a size
+      int64_t* sizes[4] = {&v.batch, &v.seq, &v.heads, &v.dim};
+      const unsigned f = r.pick(4);
+      *sizes[f] = hostile_i64(r, *sizes[f]);
+      tr += " | " + name + ".size[" + std::to_string(f) + "]=" + std::to_string(*sizes[f]);
+      break;
+    }
+    case 1: {  // a stride
+      int64_t* strides[3] = {&v.stride_batch, &v.stride_seq, &v.stride_head};
+      const unsigned f = r.pick(3);
+      *strides[f] = hostile_i64(r, *strides[f]);
+      tr += " | " + name + ".stride[" + std::to_string(f) + "]=" + std::to_string(*strides[f]);
+      break;
+    }
+    case 2: {  // the data pointer: null, misaligned, shifted, or into another buffer
+      const unsigned op = r.pick(4);
+      const size_t room = room_after(c, v.data);
+      if (op == 0) {
+        v.data = nullptr;
+        tr += " | " + name + ".data=null";
+      } else if (op <= 2) {
+        const size_t shift = std::min<size_t>(op == 1 ? 1 + r.pick(3) : dtype_size(v.dtype), room);
+        if (v.data) v.data = static_cast<unsigned char*>(v.data) + shift;
+        tr += " | " + name + ".data+=" + std::to_string(shift);
+      } else {
+        const Slot other = static_cast<Slot>(r.pick(kNumSlots));
+        const Buffer& b = c.buffers[other];
+        const size_t off = b.size ? r.take<uint16_t>() % (b.size + 1) : 0;
+        v.data = b.begin() + off;
+        tr += " | " + name + ".data=buffer" + std::to_string(other) + "+" + std::to_string(off);
+      }
+      break;
+    }
+    case 3: {  // a dtype (of one tensor, or of all), possibly not a DType value
+      const uint8_t raw = r.take<uint8_t>();
+      const DType dt = static_cast<DType>(raw >= 128 ? raw : raw % 3);
+      if (r.chance(128)) {
+        for (int u = 0; u < kNumTensors; ++u) tensor(c, u).dtype = dt;
+        tr += " | all.dtype=" + std::to_string(raw);
+      } else {
+        v.dtype = dt;
+        tr += " | " + name + ".dtype=" + std::to_string(raw);
+      }
+      break;
+    }
+    case 4: {  // lse: null, misaligned, or into another buffer
+      const unsigned op = r.pick(3);
+      const Slot other = static_cast<Slot>(r.pick(kNumSlots));
+      const Buffer& b = c.buffers[other];
+      if (op == 0) a.lse = nullptr;
+      if (op == 1 && c.buffers[kLse].size >= 2) a.lse = reinterpret_cast<float*>(c.buffers[kLse].begin() + 1 + r.pick(2));
+      if (op == 2) a.lse = reinterpret_cast<float*>(b.begin() + (b.size ? r.take<uint16_t>() % (b.size + 1) : 0));
+      tr += " | lse op " + std::to_string(op);
+      break;
+    }
+    case 5: a.scale = hostile_f32(r); c.tame = false; tr += " | scale=" + std::to_string(a.scale); break;
+    case 6: a.softcap = hostile_f32(r); c.tame = false; tr += " | softcap=" + std::to_string(a.softcap); break;
+    case 7: {
+      int64_t& w = r.chance(128) ? a.window_left : a.window_right;
+      w = hostile_i64(r, w);
+      tr += " | window=(" + std::to_string(a.window_left) + "," + std::to_string(a.window_right) + ")";
+      break;
+    }
+    case 8: a.causal = !a.causal; tr += " | causal flipped"; break;
+    case 9: {  // cu_seqlens: null, swapped, or one entry changed
+      const unsigned op = r.pick(4);
+      const int32_t*& cu = r.chance(128) ? a.cu_seqlens_q : a.cu_seqlens_k;
+      if (op == 0) cu = nullptr;
+      if (op == 1) std::swap(a.cu_seqlens_q, a.cu_seqlens_k);
+      if (op >= 2) {
+        SideArray<int32_t>& arr = cu == c.cu_k.data.get() ? c.cu_k : c.cu_q;
+        if (arr.count > 0) {
+          const int64_t i = r.pick(static_cast<unsigned>(arr.count));
+          arr.data[i] = hostile_i32(r, arr.data[i]);
+        }
+      }
+      tr += " | cu_seqlens op " + std::to_string(op);
+      break;
+    }
+    case 10: {  // seqlens_k: null or one entry changed
+      if (r.chance(64)) {
+        a.seqlens_k = nullptr;
+      } else if (c.seqlens_k.count > 0) {
+        const int64_t i = r.pick(static_cast<unsigned>(c.seqlens_k.count));
+        c.seqlens_k.data[i] = hostile_i32(r, c.seqlens_k.data[i]);
+      }
+      tr += " | seqlens_k changed";
+      break;
+    }
+    case 11: {  // sequence counts and bounds
+      int64_t* fields[3] = {&a.varlen_batch, &a.max_seqlen_q, &a.max_seqlen_k};
+      const unsigned f = r.pick(3);
+      *fields[f] = hostile_i64(r, *fields[f]);
+      tr += " | varlen field " + std::to_string(f) + "=" + std::to_string(*fields[f]);
+      break;
+    }
+    case 12: {  // ALiBi: a slope value, the batch stride, or the pointer
+      const unsigned op = r.pick(3);
+      if (op == 0 && c.alibi.count > 0) {
+        c.alibi.data[r.pick(static_cast<unsigned>(c.alibi.count))] = hostile_f32(r);
+        c.tame = false;
+      }
+      if (op == 1) a.alibi_batch_stride = hostile_i64(r, a.alibi_batch_stride);
+      if (op == 2) a.alibi_slopes = nullptr;
+      tr += " | alibi op " + std::to_string(op);
+      break;
+    }
+    default: {  // one special input value (NaN, inf, huge, subnormal) in q, k, v, dout, out or lse
+      const Slot slots[] = {kQ, kK, kV, kDout, kOut, kLse};
+      const Slot s = slots[r.pick(6)];
+      const DType dt = s == kLse ? DType::f32 : storage_type(a.q.dtype);
+      Buffer& b = c.buffers[s];
+      const size_t n = b.size / dtype_size(dt);
+      const float x = hostile_f32(r);
+      const uint16_t i = r.take<uint16_t>();
+      if (n > 0) store_from_float(b.begin(), dt, static_cast<int64_t>(i % n), x);
+      c.tame = false;
+      tr += " | special value " + std::to_string(x) + " in buffer " + std::to_string(s);
+    }
+  }
+}
+
+// Returns whether validate() can read every side-array entry it would read for these arguments.
+bool side_arrays_readable(const FuzzCase& c) {
+  const BackwardArgs& a = c.args;
+  for (const void* p : {static_cast<const void*>(a.cu_seqlens_q), static_cast<const void*>(a.cu_seqlens_k),
+                        static_cast<const void*>(a.seqlens_k), static_cast<const void*>(a.alibi_slopes)})
+    if (side_count(c, p) < 0) return false;
+  const bool varlen_read = a.cu_seqlens_q && a.cu_seqlens_k && a.varlen_batch >= 0 && a.varlen_batch < (int64_t{1} << 31);
+  if (varlen_read && (a.varlen_batch + 1 > side_count(c, a.cu_seqlens_q) || a.varlen_batch + 1 > side_count(c, a.cu_seqlens_k)))
+    return false;
+  const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
+  if (a.seqlens_k && nseq > side_count(c, a.seqlens_k)) return false;
+  if (a.alibi_slopes && nseq > 0 && a.q.heads > 0) {
+    const __int128 seqs = a.alibi_batch_stride != 0 ? nseq : 1;
+    const __int128 last = (seqs - 1) * a.alibi_batch_stride + a.q.heads - 1;
+    if (a.alibi_batch_stride >= 0 && last >= side_count(c, a.alibi_slopes)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool decode(const uint8_t* data, size_t size, FuzzCase& c) {
+  ByteReader r(data, size);
+  decode_base(r, c);
+  const int mutations = static_cast<int>(r.pick(kMaxMutations + 1));
+  for (int m = 0; m < mutations; ++m) mutate(r, c);
+  for (uint8_t& x : c.config_choice) x = r.take<uint8_t>();
+  return side_arrays_readable(c);
+}
+
+bool inside_buffer(const FuzzCase& c, const void* p, int64_t bytes) {
+  return p != nullptr && bytes >= 0 && static_cast<uint64_t>(bytes) <= room_after(c, p);
+}
+
+}  // namespace flashattn::fuzz

@@ -1,0 +1,68 @@
+// Decoding fuzzer bytes into one forward or backward call over small buffers the case owns.
+//
+// A case starts from a consistent problem (shapes, layouts, masks, varlen, ALiBi, key lengths) whose
+// buffers are allocated at exactly the size its views span, so AddressSanitizer flags any access
+// one element past a view. Then up to kMaxMutations fields are overwritten with hostile values:
+// sizes (0, negative, 2^31, products that overflow int64), strides, null or misaligned pointers,
+// pointers into another buffer, invalid dtype values, cu_seqlens / seqlens_k entries, window
+// values, non-finite scale / softcap / ALiBi slopes, special input values (NaN, inf, huge,
+// subnormal). Every pointer a case holds is null or points into (or one past) one of its buffers.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "flashattn/args.hpp"
+
+namespace flashattn::fuzz {
+
+// The buffers of a case, one per tensor (and one for lse).
+enum Slot : int { kQ, kK, kV, kOut, kDout, kDq, kDk, kDv, kLse, kNumSlots };
+
+// An exactly sized heap allocation (no slack, so ASan's redzone starts right after the last byte).
+struct Buffer {
+  std::unique_ptr<unsigned char[]> bytes;
+  size_t size = 0;
+  unsigned char* begin() const { return bytes.get(); }
+  unsigned char* end() const { return bytes.get() + size; }
+};
+
+// A host array of exactly `count` elements (the side arrays: cu_seqlens, seqlens_k, ALiBi slopes).
+template <class T>
+struct SideArray {
+  std::unique_ptr<T[]> data;
+  int64_t count = 0;
+  void resize(int64_t n) {
+    count = n;
+    data.reset(n > 0 ? new T[static_cast<size_t>(n)]() : nullptr);
+  }
+};
+
+struct FuzzCase {
+  bool backward = false;  // which pass the case calls
+  BackwardArgs args;      // forward cases use the ForwardArgs part
+  std::array<Buffer, kNumSlots> buffers;
+  SideArray<int32_t> cu_q, cu_k, seqlens_k;
+  SideArray<float> alibi;
+  // Whether the input values are moderate and finite and the numeric options untouched, so results
+  // can be compared with the oracle (otherwise only "computes or throws, touches nothing else").
+  bool tame = true;
+  uint8_t config_choice[4] = {};  // raw bytes a backend turns into its tuning (tile sizes, threads)
+  std::string trace;  // the decoded case and its mutations, printed when a check fails
+};
+
+// Number of hostile field overwrites applied to a case at most.
+constexpr int kMaxMutations = 4;
+
+// Decodes `data` into `c`. Returns false when the decoded case would make validate() itself read a
+// side array past its end (the documented lengths of cu_seqlens, seqlens_k and alibi_slopes are a
+// caller precondition validate() cannot check); such inputs are skipped.
+bool decode(const uint8_t* data, size_t size, FuzzCase& c);
+
+// Returns whether [p, p + bytes) lies inside one buffer of the case.
+bool inside_buffer(const FuzzCase& c, const void* p, int64_t bytes);
+
+}  // namespace flashattn::fuzz

@@ -1,0 +1,306 @@
+// libFuzzer target: every backend, given decoded (often hostile) arguments over small buffers, must
+// either compute (and, where the inputs are tame, agree with the oracle) or throw flashattn::Error
+// without writing anything. It must never crash, hang, throw anything else, or touch a byte outside
+// the views it was given (AddressSanitizer watches the buffers' edges; the checks below watch the
+// bytes between views).
+//
+// validate() cannot know how large the caller's buffers are, so when it accepts a case the harness
+// itself checks that every view lies inside one of its buffers (and that the problem is small enough
+// to finish quickly) before calling a backend; cases that fail this are skipped.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flashattn/convert.hpp"
+#include "flashattn/error.hpp"
+#include "flashattn/problem.hpp"
+#include "flashattn/reference.hpp"
+#include "flashattn/validate.hpp"
+#include "fuzz_case.hpp"
+#ifdef FLASHATTN_FUZZ_CPU
+#include "flashattn/cpu.hpp"
+#endif
+
+namespace flashattn::fuzz {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 16;  // per tensor, counting broadcast (stride 0) views
+constexpr int64_t kMaxWork = int64_t{1} << 22;      // B·Hq·Nq·Nk·d: keeps one case well under a second
+constexpr unsigned char kPoison = 0xA5;             // written to output buffers before each call
+constexpr double kOutFactor = 2, kGradFactor = 3;   // DESIGN.md's tolerance factors
+constexpr double kFloorUnits = 16;                  // floor: units of rounding at the output magnitude
+
+[[noreturn]] void die(const FuzzCase& c, const std::string& what) {
+  std::fprintf(stderr, "fuzz check failed: %s\ncase: %s\n", what.c_str(), c.trace.c_str());
+  std::abort();
+}
+
+struct Backend {
+  const char* name;
+  bool may_reject_valid;  // may throw Error on arguments validate() accepts (unsupported options)
+  std::function<void(const FuzzCase&)> forward, backward;
+};
+
+std::vector<Backend> backends() {
+  using reference::Precision;
+  std::vector<Backend> r = {
+      {"reference fp64", false, [](const FuzzCase& c) { reference::forward(c.args, Precision::fp64); },
+       [](const FuzzCase& c) { reference::backward(c.args, Precision::fp64); }},
+      {"reference same_as_input", false,
+       [](const FuzzCase& c) { reference::forward(c.args, Precision::same_as_input); },
+       [](const FuzzCase& c) { reference::backward(c.args, Precision::same_as_input); }}};
+#ifdef FLASHATTN_FUZZ_CPU
+  // Tile sizes, threads and SIMD target come from the case, so small problems reach every tile path.
+  auto config = [](const FuzzCase& c) {
+    constexpr int kBlocks[] = {0, 1, 2, 3, 4, 8, 16, 64};
+    static const std::vector<cpu::Target> targets = cpu::targets();
+    cpu::Config cfg;
+    cfg.block_q = kBlocks[c.config_choice[0] % 8];
+    cfg.block_k = kBlocks[c.config_choice[1] % 8];
+    cfg.threads = c.config_choice[2] % 3;
+    if (!targets.empty()) cfg.target = targets[c.config_choice[3] % targets.size()].bit;
+    return cfg;
+  };
+  r.push_back({"cpu", true, [config](const FuzzCase& c) { cpu::forward(c.args, config(c)); },
+               [config](const FuzzCase& c) { cpu::backward(c.args, config(c)); }});
+#endif
+  return r;
+}
+
+bool has_elements(const Tensor& t) { return t.batch > 0 && t.seq > 0 && t.heads > 0 && t.dim > 0; }
+
+// Element count of t (saturating far above kMaxElements).
+__int128 elements(const Tensor& t) { return static_cast<__int128>(t.batch) * t.seq * t.heads * t.dim; }
+
+int64_t span_bytes(const Tensor& t) {
+  const int64_t last = (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim - 1;
+  return (last + 1) * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+std::vector<const Tensor*> inputs_and_outputs(const FuzzCase& c) {
+  const BackwardArgs& a = c.args;
+  if (!c.backward) return {&a.q, &a.k, &a.v, &a.out};
+  return {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
+}
+
+// Returns whether a call validate() accepted stays inside the case's buffers and is small.
+bool fits(const FuzzCase& c) {
+  const BackwardArgs& a = c.args;
+  for (const Tensor* t : inputs_and_outputs(c)) {
+    if (elements(*t) > kMaxElements) return false;
+    if (has_elements(*t) && !inside_buffer(c, t->data, span_bytes(*t))) return false;
+  }
+  const __int128 work = static_cast<__int128>(a.q.batch) * a.q.heads * a.q.seq * a.k.seq * a.q.dim;
+  if (work > kMaxWork) return false;
+  const int64_t lse_count = a.q.batch * a.q.heads * a.q.seq;
+  return a.lse == nullptr || lse_count == 0 || inside_buffer(c, a.lse, lse_count * 4);
+}
+
+using Snapshot = std::vector<std::vector<unsigned char>>;
+
+Snapshot snapshot(const FuzzCase& c) {
+  Snapshot s;
+  for (const Buffer& b : c.buffers) s.emplace_back(b.begin(), b.end());
+  auto side = [&s](const auto& arr) {
+    const auto* p = reinterpret_cast<const unsigned char*>(arr.data.get());
+    s.emplace_back(p, p + arr.count * sizeof(arr.data[0]));
+  };
+  side(c.cu_q);
+  side(c.cu_k);
+  side(c.seqlens_k);
+  side(c.alibi);
+  return s;
+}
+
+// Marks, per buffer, the bytes an output view (or lse) of this call may write.
+std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
+  std::vector<std::vector<bool>> w;
+  for (const Buffer& b : c.buffers) w.emplace_back(b.size, false);
+  auto mark = [&](const void* p, int64_t bytes) {
+    const auto x = reinterpret_cast<uintptr_t>(p);
+    for (size_t i = 0; i < c.buffers.size(); ++i) {
+      const auto lo = reinterpret_cast<uintptr_t>(c.buffers[i].begin());
+      if (x >= lo && x + bytes <= lo + c.buffers[i].size)
+        for (int64_t k = 0; k < bytes; ++k) w[i][x - lo + k] = true;
+    }
+  };
+  auto mark_view = [&](const Tensor& t) {
+    if (!has_elements(t)) return;
+    const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+    for (int64_t b = 0; b < t.batch; ++b)
+      for (int64_t s = 0; s < t.seq; ++s)
+        for (int64_t h = 0; h < t.heads; ++h)
+          mark(static_cast<const unsigned char*>(t.data) + t.offset(b, s, h) * es, t.dim * es);
+  };
+  const BackwardArgs& a = c.args;
+  if (c.backward) {
+    mark_view(a.dq);
+    mark_view(a.dk);
+    mark_view(a.dv);
+  } else {
+    mark_view(a.out);
+    if (a.lse) mark(a.lse, a.q.batch * a.q.heads * a.q.seq * 4);
+  }
+  return w;
+}
+
+void poison_outputs(const FuzzCase& c, const std::vector<std::vector<bool>>& writable) {
+  for (size_t i = 0; i < c.buffers.size(); ++i)
+    for (size_t k = 0; k < c.buffers[i].size; ++k)
+      if (writable[i][k]) c.buffers[i].begin()[k] = kPoison;
+}
+
+// Dies if any byte outside the writable set differs from the snapshot (all bytes when none is).
+void check_untouched(const FuzzCase& c, const Snapshot& before, const std::vector<std::vector<bool>>* writable,
+                     const std::string& who) {
+  const Snapshot after = snapshot(c);
+  for (size_t i = 0; i < after.size(); ++i)
+    for (size_t k = 0; k < after[i].size(); ++k) {
+      const bool may_write = writable && i < writable->size() && (*writable)[i][k];
+      if (!may_write && after[i][k] != before[i][k])
+        die(c, who + " changed byte " + std::to_string(k) + " of buffer " + std::to_string(i) + " outside its outputs");
+    }
+}
+
+// Compares the elements of view t in the rows of every sequence with the oracle values (dense, t's
+// sizes) by DESIGN.md's rule: max|impl − fp64| ≤ factor·max|same − fp64| + floor.
+void compare_view(const FuzzCase& c, const char* what, const Tensor& t, bool key_rows, const std::vector<double>& fp64,
+                  const std::vector<double>& same, double factor) {
+  double err = 0, err_same = 0, magnitude = 1;
+  for (int64_t s = 0; s < num_sequences(c.args); ++s) {
+    const Sequence seq = sequence(c.args, s);
+    const int64_t row0 = key_rows ? seq.k_start : seq.q_start, rows = key_rows ? seq.k_rows : seq.mask.seqlen_q;
+    for (int64_t i = row0; i < row0 + rows; ++i)
+      for (int64_t h = 0; h < t.heads; ++h)
+        for (int64_t x = 0; x < t.dim; ++x) {
+          const size_t di = static_cast<size_t>(((seq.batch * t.seq + i) * t.heads + h) * t.dim + x);
+          const double got = load_as_float(t.data, t.dtype, t.offset(seq.batch, i, h) + x);
+          if (!std::isfinite(got))
+            die(c, std::string(what) + " is not finite at row " + std::to_string(i) + " head " + std::to_string(h) +
+                       " where the oracle gives " + std::to_string(fp64[di]));
+          err = std::max(err, std::fabs(got - fp64[di]));
+          err_same = std::max(err_same, std::fabs(round_to(t.dtype, static_cast<float>(same[di])) - fp64[di]));
+          magnitude = std::max(magnitude, std::fabs(fp64[di]));
+        }
+  }
+  const double bound = factor * err_same + kFloorUnits * unit_roundoff(t.dtype) * magnitude;
+  if (err > bound)
+    die(c, std::string(what) + ": max error " + std::to_string(err) + " exceeds " + std::to_string(bound) +
+               " (same-precision error " + std::to_string(err_same) + ")");
+}
+
+void compare_lse(const FuzzCase& c, const std::vector<double>& fp64, const std::vector<double>& same) {
+  const BackwardArgs& a = c.args;
+  double err = 0, err_same = 0, magnitude = 1;
+  for (int64_t s = 0; s < num_sequences(a); ++s) {
+    const Sequence seq = sequence(a, s);
+    for (int64_t h = 0; h < a.q.heads; ++h)
+      for (int64_t i = 0; i < seq.mask.seqlen_q; ++i) {
+        const size_t li = static_cast<size_t>(lse_index(a, seq, h, i));
+        const double got = a.lse[li];
+        if (std::isinf(fp64[li]) || std::isinf(got)) {
+          if (got != fp64[li]) die(c, "lse " + std::to_string(got) + " where the oracle gives " + std::to_string(fp64[li]));
+          continue;
+        }
+        err = std::max(err, std::fabs(got - fp64[li]));
+        err_same = std::max(err_same, std::fabs(static_cast<float>(same[li]) - fp64[li]));
+        magnitude = std::max(magnitude, std::fabs(fp64[li]));
+      }
+  }
+  const double bound = kOutFactor * err_same + kFloorUnits * unit_roundoff(DType::f32) * magnitude;
+  if (!(err <= bound)) die(c, "lse: max error " + std::to_string(err) + " exceeds " + std::to_string(bound));
+}
+
+// Runs a case validate() rejected: every backend must throw Error and write nothing.
+void run_invalid(const FuzzCase& c, const std::string& message) {
+  for (const Backend& b : backends()) {
+    const Snapshot before = snapshot(c);
+    try {
+      (c.backward ? b.backward : b.forward)(c);
+      die(c, std::string(b.name) + " accepted arguments validate() rejects: " + message);
+    } catch (const Error&) {
+    } catch (const std::exception& e) {
+      die(c, std::string(b.name) + " threw a non-flashattn exception: " + e.what());
+    }
+    check_untouched(c, before, nullptr, b.name);
+  }
+}
+
+// Runs a case validate() accepted: every backend computes (or rejects an unsupported option with
+// Error) writing only its outputs; on tame inputs the optimised backends agree with the oracle.
+void run_valid(FuzzCase& c) {
+  using reference::Precision;
+  BackwardArgs& a = c.args;
+  if (c.backward) {
+    // Make out and lse the forward's results, as a real backward call has them (when the forward
+    // part is itself a valid forward call: out may alias an input in a backward call).
+    const ForwardArgs& f = a;
+    try {
+      validate(f);
+      reference::forward(f);
+    } catch (const Error&) {
+      c.tame = false;
+    }
+  }
+  reference::ForwardValues fwd64, fwd_same;
+  reference::BackwardValues bwd64, bwd_same;
+  if (c.tame && !c.backward) {
+    fwd64 = reference::forward_values(a, Precision::fp64);
+    fwd_same = reference::forward_values(a, Precision::same_as_input);
+  }
+  if (c.tame && c.backward) {
+    bwd64 = reference::backward_values(a, Precision::fp64);
+    bwd_same = reference::backward_values(a, Precision::same_as_input);
+  }
+  const auto writable = writable_bytes(c);
+  for (const Backend& b : backends()) {
+    poison_outputs(c, writable);
+    const Snapshot before = snapshot(c);
+    try {
+      (c.backward ? b.backward : b.forward)(c);
+    } catch (const Error& e) {
+      if (!b.may_reject_valid) die(c, std::string(b.name) + " rejected arguments validate() accepts: " + e.what());
+      check_untouched(c, before, nullptr, b.name);
+      continue;
+    } catch (const std::exception& e) {
+      die(c, std::string(b.name) + " threw a non-flashattn exception: " + e.what());
+    }
+    check_untouched(c, before, &writable, b.name);
+    if (!c.tame || !b.may_reject_valid) continue;  // the oracle is compared with itself by construction
+    if (c.backward) {
+      compare_view(c, "dq", a.dq, false, bwd64.dq, bwd_same.dq, kGradFactor);
+      compare_view(c, "dk", a.dk, true, bwd64.dk, bwd_same.dk, kGradFactor);
+      compare_view(c, "dv", a.dv, true, bwd64.dv, bwd_same.dv, kGradFactor);
+    } else {
+      compare_view(c, "out", a.out, false, fwd64.out, fwd_same.out, kOutFactor);
+      if (a.lse) compare_lse(c, fwd64.lse, fwd_same.lse);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flashattn::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace flashattn;
+  fuzz::FuzzCase c;
+  if (!fuzz::decode(data, size, c)) return 0;
+  std::string message;
+  try {
+    if (c.backward)
+      validate(c.args);
+    else
+      validate(static_cast<const ForwardArgs&>(c.args));
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  if (!message.empty())
+    fuzz::run_invalid(c, message);
+  else if (fuzz::fits(c))
+    fuzz::run_valid(c);
+  return 0;
+}

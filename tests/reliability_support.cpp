@@ -1,0 +1,164 @@
+// Helpers shared by the reliability tests (see reliability_support.hpp).
+#include "reliability_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "flashattn/convert.hpp"
+
+namespace flashattn::reliability {
+
+namespace {
+constexpr double kFloorUnits = 4;
+
+Shape varlen_shape(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk, int64_t hq, int64_t hk, int64_t d,
+                   DType dtype) {
+  Shape s;
+  s.batch = 1;
+  s.nq = 0;
+  s.nk = 0;
+  for (int32_t x : lq) s.nq += x;
+  for (int32_t x : lk) s.nk += x;
+  s.hq = hq;
+  s.hk = hk;
+  s.d = d;
+  s.dtype = dtype;
+  return s;
+}
+}  // namespace
+
+Problem::Problem(const Shape& s, uint32_t seed) : shape(s) { allocate(seed); }
+
+Problem::Problem(const std::vector<int32_t>& lengths_q, const std::vector<int32_t>& lengths_k, int64_t hq, int64_t hk,
+                 int64_t d, DType dtype, uint32_t seed)
+    : shape(varlen_shape(lengths_q, lengths_k, hq, hk, d, dtype)) {
+  cu_q.assign(1, 0);
+  cu_k.assign(1, 0);
+  for (int32_t x : lengths_q) cu_q.push_back(cu_q.back() + x);
+  for (int32_t x : lengths_k) cu_k.push_back(cu_k.back() + x);
+  allocate(seed);
+}
+
+void Problem::allocate(uint32_t seed) {
+  const size_t es = dtype_size(shape.dtype);
+  const size_t nq = static_cast<size_t>(shape.batch * shape.nq * shape.hq * shape.d);
+  const size_t nk = static_cast<size_t>(shape.batch * shape.nk * shape.hk * shape.d);
+  for (auto* b : {&q_, &out_, &dout_, &dq_}) b->assign(nq * es, 0);
+  for (auto* b : {&k_, &v_, &dk_, &dv_}) b->assign(nk * es, 0);
+  lse.assign(static_cast<size_t>(shape.batch * shape.hq * shape.nq), 0.0f);
+  uint32_t x = seed * 2654435761u + 1u;
+  for (auto* b : {&q_, &k_, &v_, &dout_}) {
+    const int64_t n = static_cast<int64_t>(b->size() / es);
+    for (int64_t i = 0; i < n; ++i) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      store_from_float(b->data(), shape.dtype, i, static_cast<float>(x >> 8) * 0x1p-23f - 1.0f);
+    }
+  }
+}
+
+std::vector<unsigned char>& Problem::storage(Which w) {
+  switch (w) {
+    case Which::q: return q_;
+    case Which::k: return k_;
+    case Which::v: return v_;
+    case Which::out: return out_;
+    case Which::dout: return dout_;
+    case Which::dq: return dq_;
+    case Which::dk: return dk_;
+    default: return dv_;
+  }
+}
+
+Tensor Problem::view(Which w) {
+  const bool key_side = w == Which::k || w == Which::v || w == Which::dk || w == Which::dv;
+  return bshd(storage(w).data(), shape.dtype, shape.batch, key_side ? shape.nk : shape.nq, key_side ? shape.hk : shape.hq,
+              shape.d);
+}
+
+float Problem::get(Which w, int64_t b, int64_t s, int64_t h, int64_t x) {
+  const Tensor t = view(w);
+  return load_as_float(t.data, t.dtype, t.offset(b, s, h) + x);
+}
+
+void Problem::set(Which w, int64_t b, int64_t s, int64_t h, int64_t x, float value) {
+  const Tensor t = view(w);
+  store_from_float(t.data, t.dtype, t.offset(b, s, h) + x, value);
+}
+
+std::vector<unsigned char> Problem::bytes(Which w) const { return const_cast<Problem*>(this)->storage(w); }
+
+ForwardArgs Problem::forward_args(const ForwardArgs& options) {
+  ForwardArgs a = options;
+  a.q = view(Which::q);
+  a.k = view(Which::k);
+  a.v = view(Which::v);
+  a.out = view(Which::out);
+  a.lse = lse.data();
+  if (!cu_q.empty()) {
+    a.cu_seqlens_q = cu_q.data();
+    a.cu_seqlens_k = cu_k.data();
+    a.varlen_batch = static_cast<int64_t>(cu_q.size()) - 1;
+  }
+  return a;
+}
+
+BackwardArgs Problem::backward_args(const ForwardArgs& options) {
+  BackwardArgs a;
+  static_cast<ForwardArgs&>(a) = forward_args(options);
+  a.dout = view(Which::dout);
+  a.dq = view(Which::dq);
+  a.dk = view(Which::dk);
+  a.dv = view(Which::dv);
+  return a;
+}
+
+std::vector<double> read_dense(const Tensor& t) {
+  std::vector<double> r;
+  r.reserve(static_cast<size_t>(t.batch * t.seq * t.heads * t.dim));
+  for (int64_t b = 0; b < t.batch; ++b)
+    for (int64_t s = 0; s < t.seq; ++s)
+      for (int64_t h = 0; h < t.heads; ++h)
+        for (int64_t x = 0; x < t.dim; ++x) r.push_back(load_as_float(t.data, t.dtype, t.offset(b, s, h) + x));
+  return r;
+}
+
+std::string check_close(const std::vector<double>& impl, const std::vector<double>& fp64,
+                        const std::vector<double>& same, DType dtype, double factor, double min_magnitude,
+                        double relative) {
+  if (impl.size() != fp64.size() || same.size() != fp64.size()) return "size mismatch";
+  double err = 0, err_same = 0, magnitude = min_magnitude;
+  size_t worst = 0;
+  for (size_t i = 0; i < fp64.size(); ++i) {
+    if (!std::isfinite(fp64[i])) {
+      if (impl[i] != fp64[i]) {
+        std::ostringstream os;
+        os << "element " << i << ": " << impl[i] << " where the oracle gives " << fp64[i];
+        return os.str();
+      }
+      continue;
+    }
+    if (!std::isfinite(impl[i])) {
+      std::ostringstream os;
+      os << "element " << i << " is " << impl[i] << " where the oracle gives " << fp64[i];
+      return os.str();
+    }
+    const double e = std::fabs(impl[i] - fp64[i]);
+    if (e > err) {
+      err = e;
+      worst = i;
+    }
+    err_same = std::max(err_same, std::fabs(round_to(dtype, static_cast<float>(same[i])) - fp64[i]));
+    magnitude = std::max(magnitude, std::fabs(fp64[i]));
+  }
+  const double bound = factor * err_same + (kFloorUnits * unit_roundoff(dtype) + relative) * magnitude;
+  if (err <= bound) return "";
+  std::ostringstream os;
+  os << "max error " << err << " at element " << worst << " (impl " << impl[worst] << ", oracle " << fp64[worst]
+     << ") exceeds " << bound << " (same-precision error " << err_same << ")";
+  return os.str();
+}
+
+}  // namespace flashattn::reliability

@@ -1,0 +1,70 @@
+// Helpers shared by the reliability tests: an owned contiguous (bshd) problem with its buffers,
+// reading views back, and DESIGN.md's tolerance rule against the oracle.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashattn/args.hpp"
+#include "flashattn/reference.hpp"
+
+namespace flashattn::reliability {
+
+struct Shape {
+  int64_t batch = 1, nq = 1, nk = 1, hq = 1, hk = 1, d = 1;
+  DType dtype = DType::f32;
+};
+
+// Which tensor of a Problem.
+enum class Which { q, k, v, out, dout, dq, dk, dv };
+
+// A problem that owns contiguous bshd buffers for every tensor (and lse), filled with values
+// uniform in [-1, 1] from `seed`. Varlen problems have batch 1 and hold cu_seqlens arrays.
+class Problem {
+ public:
+  Problem(const Shape& s, uint32_t seed);
+  // A varlen problem: sequence i has lengths_q[i] queries and lengths_k[i] keys, packed.
+  Problem(const std::vector<int32_t>& lengths_q, const std::vector<int32_t>& lengths_k, int64_t hq, int64_t hk,
+          int64_t d, DType dtype, uint32_t seed);
+
+  // Arguments whose outputs are this problem's out/lse (forward) or dq/dk/dv (backward); options
+  // (mask, scale, ...) are copied from `options`.
+  ForwardArgs forward_args(const ForwardArgs& options = {});
+  BackwardArgs backward_args(const ForwardArgs& options = {});
+
+  Tensor view(Which w);
+  // Element (b, s, h, x) of tensor w, read as float / written rounded to the dtype.
+  float get(Which w, int64_t b, int64_t s, int64_t h, int64_t x);
+  void set(Which w, int64_t b, int64_t s, int64_t h, int64_t x, float value);
+
+  // Returns a copy of the bytes of tensor w (for bitwise comparisons).
+  std::vector<unsigned char> bytes(Which w) const;
+
+  Shape shape;
+  std::vector<float> lse;
+  std::vector<int32_t> cu_q, cu_k;  // empty unless varlen
+
+ private:
+  std::vector<unsigned char>& storage(Which w);
+  void allocate(uint32_t seed);
+  std::vector<unsigned char> q_, k_, v_, out_, dout_, dq_, dk_, dv_;
+};
+
+// Returns every element of view t as double, dense in [batch, seq, heads, dim] order.
+std::vector<double> read_dense(const Tensor& t);
+
+// Checks impl against the fp64 oracle by DESIGN.md's rule
+//   max|impl − fp64| ≤ factor · max|same − fp64| + floor,  floor = 4 · u(dtype) · max(1, max|fp64|),
+// where same is rounded to dtype first; non-finite impl where fp64 is finite always fails, and where
+// fp64 is ±inf impl must equal it. `min_magnitude` bounds the floor's magnitude from below (0 for
+// tests of tiny values, where the floor must scale with them); `relative` adds relative · max|fp64|
+// to the bound (an error source the same-precision oracle does not have, stated by the caller).
+// Returns "" on success, else a description of the worst element.
+std::string check_close(const std::vector<double>& impl, const std::vector<double>& fp64,
+                        const std::vector<double>& same, DType dtype, double factor, double min_magnitude = 1,
+                        double relative = 0);
+
+constexpr double kOutFactor = 2, kGradFactor = 3;
+
+}  // namespace flashattn::reliability
