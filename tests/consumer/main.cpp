@@ -1,5 +1,5 @@
 // A user's program: computes a small causal GQA attention with the installed flashattn (the oracle,
-// and the CPU backend when the package has it), checks it against attention written out here
+// and the CPU and GPU backends when the package has them), checks it against attention written out here
 // in double precision, and checks that bad arguments throw flashattn::Error. Exit status 0 = pass.
 #include <cmath>
 #include <cstdint>
@@ -100,12 +100,21 @@ int check(const char* name, Forward forward) {
 
 }  // namespace
 
+#ifdef CONSUMER_HAS_GPU
+int check_gpu();  // gpu_check.cpp
+#endif
+
 int main() {
   int bad = check("reference", [](const flashattn::ForwardArgs& a) { flashattn::reference::forward(a); });
 #ifdef CONSUMER_HAS_CPU
   bad += check("cpu", [](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a); });
 #else
   std::printf("cpu backend not in this package\n");
+#endif
+#ifdef CONSUMER_HAS_GPU
+  bad += check_gpu();
+#else
+  std::printf("gpu backend not in this package\n");
 #endif
   std::printf("%s\n", bad == 0 ? "consumer: PASS" : "consumer: FAIL");
   return bad == 0 ? 0 : 1;
