@@ -84,7 +84,7 @@ int parse_options(int argc, char** argv, const std::vector<std::string>& availab
   g->impls = or_default(g->impls, o.tile_sweep ? std::vector<std::string>{"cpu"} : available);
   for (const auto& i : g->impls)
     if (std::find(available.begin(), available.end(), i) == available.end()) {
-      std::cerr << "error: implementation '" << i << "' is not built into this executable (built: " << built << ")\n";
+      std::cerr << "error: implementation '" << i << "' is not available here (not built, or no GPU visible; available: " << built << ")\n";
       return 2;
     }
   g->passes = or_default(g->passes, {Pass::fwd});
