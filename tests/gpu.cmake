@@ -1,0 +1,10 @@
+# The GPU property runner (only where flashattn::gpu is built). One ctest entry running the whole
+# runner: without a CUDA device it exits with 77, which ctest reports as SKIPPED (not passed).
+# Test discovery is not used because listing would need the runner to start without a device.
+if(TARGET flashattn::gpu AND TARGET flashattn_props)
+  add_executable(flashattn_props_gpu ${CMAKE_CURRENT_LIST_DIR}/props_gpu.cpp)
+  target_link_libraries(flashattn_props_gpu PRIVATE flashattn_props flashattn::gpu CUDA::cudart_static)
+  target_compile_options(flashattn_props_gpu PRIVATE -Wall -Wextra)
+  add_test(NAME flashattn_props_gpu COMMAND flashattn_props_gpu)
+  set_tests_properties(flashattn_props_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS "props;gpu")
+endif()

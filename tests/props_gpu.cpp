@@ -1,0 +1,391 @@
+// Property runner for flashattn::gpu. Registers the GPU (deterministic backward) with the property
+// registry, adds the atomic-dQ backward cross-check, error-path tests and a large-size determinism
+// test. Without a CUDA device it prints "no CUDA device, GPU properties skipped" and exits with
+// kSkipExitCode, which tests/gpu.cmake declares as ctest's SKIP_RETURN_CODE (never a silent pass).
+//
+// The registry hands HOST arguments. Each wrapper validates them, copies every tensor to a device
+// buffer laid out like the host view (same axis order and gaps, strides rounded up to 16-byte
+// multiples, guard bytes before and after), with every byte outside the view and every output
+// element poisoned (0xFF: NaN in f16, bf16 and f32); runs the GPU; then checks on the device copy
+// that inputs are bit-identical and nothing outside the output views changed, and copies the
+// output views back to the host view.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "flashattn/convert.hpp"
+#include "flashattn/error.hpp"
+#include "flashattn/gpu.hpp"
+#include "flashattn/problem.hpp"
+#include "flashattn/validate.hpp"
+#include "props/case.hpp"
+#include "props/check.hpp"
+#include "props/crosscheck.hpp"
+#include "props/registry.hpp"
+
+namespace {
+
+using flashattn::BackwardArgs;
+using flashattn::DType;
+using flashattn::ForwardArgs;
+using flashattn::Tensor;
+
+constexpr int kSkipExitCode = 77;         // ctest SKIP_RETURN_CODE of the GPU runner
+constexpr unsigned char kPoison = 0xFF;   // all-ones: NaN in every supported dtype
+constexpr size_t kGuardBytes = 256;       // poisoned bytes before and after every device buffer
+constexpr int64_t kAlignElems16 = 8;      // 16-bit elements per 16 bytes
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Returns the largest element offset of t plus one (0 for an empty view).
+int64_t span_elems(const Tensor& t) {
+  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return 0;
+  return (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim;
+}
+
+// Returns round_up(x, m) for x >= 0.
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Returns a device layout for host view h: the same axis order (by stride), a gap of 16 bytes
+// after an axis wherever the host has a gap there, and every stride a multiple of 16 bytes.
+Tensor device_layout(const Tensor& h) {
+  Tensor d = h;
+  d.data = nullptr;
+  const int64_t per = 16 / static_cast<int64_t>(flashattn::dtype_size(h.dtype));
+  struct Axis {
+    int64_t size, host_stride;
+    int64_t* stride;
+  };
+  Axis axes[3] = {{h.heads, h.stride_head, &d.stride_head},
+                  {h.seq, h.stride_seq, &d.stride_seq},
+                  {h.batch, h.stride_batch, &d.stride_batch}};
+  std::stable_sort(std::begin(axes), std::end(axes),
+                   [](const Axis& a, const Axis& b) { return a.host_stride < b.host_stride; });
+  int64_t host_span = h.dim, span = h.dim;  // elements covered by the faster axes
+  for (Axis& a : axes) {
+    const bool gap = a.host_stride > host_span;
+    *a.stride = round_up(span + (gap ? per : 0), per);
+    host_span = std::max(host_span, a.host_stride * (a.size - 1) + host_span);
+    span = *a.stride * (a.size > 0 ? a.size - 1 : 0) + span;
+  }
+  return d;
+}
+
+// One device buffer with guards, the bytes expected in it and which bytes belong to the view.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const std::string& name, size_t payload) : name_(name), payload_(payload) {
+    image_.assign(payload + 2 * kGuardBytes, kPoison);
+    in_view_.assign(image_.size(), 0);
+    cuda_ok(cudaMalloc(&base_, image_.size()), "cudaMalloc");
+  }
+  ~DeviceBuffer() { cudaFree(base_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  unsigned char* device() const { return static_cast<unsigned char*>(base_) + kGuardBytes; }
+  // Sets payload bytes [offset, offset + n) to src (or leaves the poison when src is null) and
+  // marks them as view bytes.
+  void place(size_t offset, const void* src, size_t n) {
+    if (src) std::memcpy(&image_[kGuardBytes + offset], src, n);
+    std::fill_n(&in_view_[kGuardBytes + offset], n, 1);
+  }
+  void upload() { cuda_ok(cudaMemcpy(base_, image_.data(), image_.size(), cudaMemcpyHostToDevice), "upload"); }
+  // Downloads the buffer; throws if a byte outside the view changed, or (for inputs) any byte.
+  void download(bool output) {
+    std::vector<unsigned char> got(image_.size());
+    cuda_ok(cudaMemcpy(got.data(), base_, got.size(), cudaMemcpyDeviceToHost), "download");
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i] != image_[i] && (!output || !in_view_[i]))
+        throw std::runtime_error("gpu wrote " + std::string(output ? "outside the view of " : "into input ") + name_ +
+                                 " at byte " + std::to_string(static_cast<int64_t>(i) - static_cast<int64_t>(kGuardBytes)) +
+                                 " of its device buffer");
+    image_ = std::move(got);
+  }
+  // Returns payload bytes [offset, offset + n) as downloaded.
+  const unsigned char* payload(size_t offset) const { return &image_[kGuardBytes + offset]; }
+
+ private:
+  std::string name_;
+  size_t payload_;
+  void* base_ = nullptr;
+  std::vector<unsigned char> image_, in_view_;
+};
+
+// A host tensor view mirrored on the device.
+struct DeviceTensor {
+  Tensor host, dev;
+  std::unique_ptr<DeviceBuffer> buffer;
+
+  // Copies the view elements of h (outputs: poison instead) into a new device buffer.
+  DeviceTensor(const std::string& name, const Tensor& h, bool output) : host(h), dev(device_layout(h)) {
+    const size_t es = flashattn::dtype_size(h.dtype);
+    buffer = std::make_unique<DeviceBuffer>(name, static_cast<size_t>(span_elems(dev)) * es);
+    for_rows([&](const unsigned char* hrow, size_t drow) { buffer->place(drow, output ? nullptr : hrow, h.dim * es); });
+    buffer->upload();
+    dev.data = span_elems(dev) > 0 ? buffer->device() : nullptr;
+  }
+  // Downloads and checks the buffer; for outputs copies the view back into the host view.
+  void finish(bool output) {
+    buffer->download(output);
+    if (!output) return;
+    const size_t es = flashattn::dtype_size(host.dtype);
+    for_rows([&](const unsigned char* hrow, size_t drow) {
+      std::memcpy(const_cast<unsigned char*>(hrow), buffer->payload(drow), host.dim * es);
+    });
+  }
+
+ private:
+  // Calls f(host row pointer, device byte offset of the row) for every (batch, seq, head) row.
+  template <class F>
+  void for_rows(F&& f) {
+    const size_t es = flashattn::dtype_size(host.dtype);
+    const auto* hbase = static_cast<const unsigned char*>(host.data);
+    for (int64_t b = 0; b < host.batch; ++b)
+      for (int64_t s = 0; s < host.seq; ++s)
+        for (int64_t hd = 0; hd < host.heads; ++hd)
+          f(hbase + host.offset(b, s, hd) * es, static_cast<size_t>(dev.offset(b, s, hd)) * es);
+  }
+};
+
+// A small contiguous host array mirrored on the device (lse, cu_seqlens, seqlens_k, slopes).
+template <class T>
+struct DeviceArray {
+  const T* host = nullptr;
+  size_t count = 0;
+  std::unique_ptr<DeviceBuffer> buffer;
+
+  DeviceArray(const std::string& name, const T* h, size_t n, bool output) : host(h), count(n) {
+    if (!h) return;
+    buffer = std::make_unique<DeviceBuffer>(name, n * sizeof(T));
+    buffer->place(0, output ? nullptr : h, n * sizeof(T));
+    buffer->upload();
+  }
+  T* dev() const { return buffer ? reinterpret_cast<T*>(buffer->device()) : nullptr; }
+  void finish(bool output) {
+    if (!buffer) return;
+    buffer->download(output);
+    if (output) std::memcpy(const_cast<T*>(host), buffer->payload(0), count * sizeof(T));
+  }
+};
+
+// The small arrays of a call, on the device.
+struct DeviceArrays {
+  DeviceArray<int32_t> cu_q, cu_k, seqlens_k;
+  DeviceArray<float> alibi;
+  explicit DeviceArrays(const ForwardArgs& a)
+      : cu_q("cu_seqlens_q", a.cu_seqlens_q, a.cu_seqlens_q ? a.varlen_batch + 1 : 0, false),
+        cu_k("cu_seqlens_k", a.cu_seqlens_k, a.cu_seqlens_k ? a.varlen_batch + 1 : 0, false),
+        seqlens_k("seqlens_k", a.seqlens_k, a.seqlens_k ? flashattn::num_sequences(a) : 0, false),
+        alibi("alibi_slopes", a.alibi_slopes, alibi_count(a), false) {}
+  void point(ForwardArgs& d) const {
+    d.cu_seqlens_q = cu_q.dev();
+    d.cu_seqlens_k = cu_k.dev();
+    d.seqlens_k = seqlens_k.dev();
+    d.alibi_slopes = alibi.dev();
+  }
+  void finish() {
+    cu_q.finish(false);
+    cu_k.finish(false);
+    seqlens_k.finish(false);
+    alibi.finish(false);
+  }
+  static size_t alibi_count(const ForwardArgs& a) {
+    if (!a.alibi_slopes) return 0;
+    const int64_t n = flashattn::num_sequences(a);
+    if (a.alibi_batch_stride == 0) return static_cast<size_t>(a.q.heads);
+    return n > 0 ? static_cast<size_t>((n - 1) * a.alibi_batch_stride + a.q.heads) : 0;
+  }
+};
+
+size_t lse_count(const ForwardArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
+
+void gpu_forward(const ForwardArgs& a) {
+  flashattn::validate(a);  // host arrays: the device copy below assumes a valid call
+  DeviceTensor q("q", a.q, false), k("k", a.k, false), v("v", a.v, false), out("out", a.out, true);
+  DeviceArray<float> lse("lse", a.lse, lse_count(a), true);
+  DeviceArrays arrays(a);
+  ForwardArgs d = a;
+  d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.lse = lse.dev();
+  arrays.point(d);
+  flashattn::gpu::forward(d);
+  cuda_ok(cudaDeviceSynchronize(), "forward");
+  q.finish(false), k.finish(false), v.finish(false), arrays.finish();
+  out.finish(true), lse.finish(true);
+}
+
+void gpu_backward(const BackwardArgs& a, bool deterministic) {
+  flashattn::validate(a);
+  DeviceTensor q("q", a.q, false), k("k", a.k, false), v("v", a.v, false), out("out", a.out, false),
+      dout("dout", a.dout, false), dq("dq", a.dq, true), dk("dk", a.dk, true), dv("dv", a.dv, true);
+  DeviceArray<float> lse("lse", a.lse, lse_count(a), false);
+  DeviceArrays arrays(a);
+  BackwardArgs d = a;
+  d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.dout = dout.dev, d.lse = lse.dev();
+  d.dq = dq.dev, d.dk = dk.dev, d.dv = dv.dev;
+  arrays.point(d);
+  flashattn::gpu::backward(d, nullptr, deterministic);
+  cuda_ok(cudaDeviceSynchronize(), "backward");
+  q.finish(false), k.finish(false), v.finish(false), out.finish(false), dout.finish(false), lse.finish(false);
+  arrays.finish();
+  dq.finish(true), dk.finish(true), dv.finish(true);
+}
+
+std::string gpu_unsupported(const props::Case& c) { return flashattn::gpu::unsupported_reason(c.dtype, c.dim); }
+
+props::Implementation gpu_implementation(bool deterministic) {
+  return {deterministic ? "gpu" : "gpu-atomic-dq", gpu_forward,
+          [deterministic](const BackwardArgs& a) { gpu_backward(a, deterministic); }, gpu_unsupported};
+}
+
+// ---- Device-side helpers for the direct tests below ---------------------------------------------
+
+// A device buffer of n 16-bit elements filled with pseudo-random values of dtype t in [-1, 1).
+struct Device16 {
+  uint16_t* ptr = nullptr;
+  size_t n = 0;
+  Device16(size_t count, DType t, uint64_t seed) : n(count) {
+    std::vector<uint16_t> h(n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (auto& e : h) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const float f = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;
+      e = t == DType::bf16 ? flashattn::bf16_bits_from_float(f) : flashattn::f16_bits_from_float(f);
+    }
+    cuda_ok(cudaMalloc(&ptr, n * 2), "cudaMalloc");
+    cuda_ok(cudaMemcpy(ptr, h.data(), n * 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  ~Device16() { cudaFree(ptr); }
+  std::vector<uint16_t> read() const {
+    std::vector<uint16_t> h(n);
+    cuda_ok(cudaMemcpy(h.data(), ptr, n * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return h;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gpu atomic-dQ backward agrees with the fp64 oracle") {
+  const props::Implementation impl = gpu_implementation(false);
+  props::check(impl.name + "/backward", [&impl] {
+    const props::Case c = *props::gen_case();
+    const std::string why = impl.unsupported(c);
+    if (!why.empty()) RC_DISCARD(why);
+    const std::string e = props::crosscheck_backward(impl, c);
+    if (!e.empty()) RC_FAIL(e);
+  });
+}
+
+TEST_CASE("gpu rejects unsupported calls with a clear error before writing") {
+  const int64_t B = 1, N = 64, H = 2, d = 64;
+  Device16 q(B * N * H * d, DType::bf16, 1), k(B * N * H * d, DType::bf16, 2), v(B * N * H * d, DType::bf16, 3),
+      out(B * N * H * d, DType::bf16, 4);
+  const std::vector<uint16_t> before = out.read();
+  ForwardArgs a;
+  a.q = flashattn::bshd(q.ptr, DType::bf16, B, N, H, d);
+  a.k = flashattn::bshd(k.ptr, DType::bf16, B, N, H, d);
+  a.v = flashattn::bshd(v.ptr, DType::bf16, B, N, H, d);
+  a.out = flashattn::bshd(out.ptr, DType::bf16, B, N, H, d);
+  auto message = [](const ForwardArgs& x) -> std::string {
+    try {
+      flashattn::gpu::forward(x);
+    } catch (const flashattn::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  ForwardArgs f32 = a;
+  f32.q.dtype = f32.k.dtype = f32.v.dtype = f32.out.dtype = DType::f32;
+  CHECK(message(f32).find("dtype f32 is not supported") != std::string::npos);
+  ForwardArgs dim40 = a;  // a valid view of the same buffers with 40-element rows
+  for (Tensor* t : {&dim40.q, &dim40.k, &dim40.v, &dim40.out}) t->dim = 40;
+  CHECK(message(dim40).find("head dim 40 is not supported") != std::string::npos);
+  ForwardArgs misaligned = a;  // rows 2 bytes apart from 16-byte alignment
+  for (Tensor* t : {&misaligned.q, &misaligned.k, &misaligned.v, &misaligned.out}) {
+    t->seq = N / 2;
+    t->stride_seq = H * d + 1;
+  }
+  CHECK(message(misaligned).find("stride_seq (129) must be a multiple of 8") != std::string::npos);
+  std::vector<uint16_t> host_q(B * N * H * d);
+  ForwardArgs host = a;
+  host.q.data = host_q.data();
+  CHECK(message(host).find("host memory") != std::string::npos);
+  CHECK(out.read() == before);
+}
+
+TEST_CASE("gpu deterministic backward is bitwise repeatable at a large size") {
+  // GQA, causal, seqlen_q != seqlen_k, d = 128, bf16: many key blocks add into each dQ row.
+  const int64_t B = 2, Nq = 1000, Nk = 1500, Hk = 2, Hq = 8, d = 128;
+  const DType t = DType::bf16;
+  Device16 q(B * Nq * Hq * d, t, 11), k(B * Nk * Hk * d, t, 12), v(B * Nk * Hk * d, t, 13), out(B * Nq * Hq * d, t, 14),
+      dout(B * Nq * Hq * d, t, 15), dq(B * Nq * Hq * d, t, 16), dk(B * Nk * Hk * d, t, 17), dv(B * Nk * Hk * d, t, 18);
+  float* lse = nullptr;
+  cuda_ok(cudaMalloc(&lse, sizeof(float) * B * Hq * Nq), "cudaMalloc");
+  BackwardArgs a;
+  a.q = flashattn::bshd(q.ptr, t, B, Nq, Hq, d);
+  a.k = flashattn::bshd(k.ptr, t, B, Nk, Hk, d);
+  a.v = flashattn::bshd(v.ptr, t, B, Nk, Hk, d);
+  a.out = flashattn::bshd(out.ptr, t, B, Nq, Hq, d);
+  a.lse = lse;
+  a.causal = true;
+  a.dout = flashattn::bshd(dout.ptr, t, B, Nq, Hq, d);
+  a.dq = flashattn::bshd(dq.ptr, t, B, Nq, Hq, d);
+  a.dk = flashattn::bshd(dk.ptr, t, B, Nk, Hk, d);
+  a.dv = flashattn::bshd(dv.ptr, t, B, Nk, Hk, d);
+  flashattn::gpu::forward(a);
+  std::vector<uint16_t> ref_dq, ref_dk, ref_dv;
+  constexpr int kRepeats = 5;
+  for (int r = 0; r < kRepeats; ++r) {
+    cuda_ok(cudaMemset(dq.ptr, 0xFF, dq.n * 2), "poison"), cuda_ok(cudaMemset(dk.ptr, 0xFF, dk.n * 2), "poison");
+    cuda_ok(cudaMemset(dv.ptr, 0xFF, dv.n * 2), "poison");
+    flashattn::gpu::backward(a, nullptr, true);
+    cuda_ok(cudaDeviceSynchronize(), "backward");
+    if (r == 0) {
+      ref_dq = dq.read(), ref_dk = dk.read(), ref_dv = dv.read();
+      continue;
+    }
+    CHECK(dq.read() == ref_dq);
+    CHECK(dk.read() == ref_dk);
+    CHECK(dv.read() == ref_dv);
+  }
+  // The atomic mode computes the same function: dK, dV bitwise, dQ within a few bf16 roundings.
+  flashattn::gpu::backward(a, nullptr, false);
+  cuda_ok(cudaDeviceSynchronize(), "backward");
+  CHECK(dk.read() == ref_dk);
+  CHECK(dv.read() == ref_dv);
+  const std::vector<uint16_t> atomic_dq = dq.read();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < atomic_dq.size(); ++i) {
+    const double x = flashattn::float_from_bf16_bits(atomic_dq[i]), y = flashattn::float_from_bf16_bits(ref_dq[i]);
+    worst = std::max(worst, std::abs(x - y));
+    scale = std::max(scale, std::abs(y));
+  }
+  CHECK(worst <= 4 * flashattn::unit_roundoff(t) * scale);
+  cudaFree(lse);
+}
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device, GPU properties skipped (%s)\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
+    return kSkipExitCode;
+  }
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("GPU properties on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  props::add(gpu_implementation(true));
+  return props::run(argc, argv);
+}
