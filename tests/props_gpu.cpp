@@ -305,8 +305,11 @@ TEST_CASE("gpu rejects unsupported calls with a clear error before writing") {
     }
     return "";
   };
-  ForwardArgs f32 = a;
-  f32.q.dtype = f32.k.dtype = f32.v.dtype = f32.out.dtype = DType::f32;
+  ForwardArgs f32 = a;  // half the rows, so the 4-byte views stay inside the 2-byte buffers
+  f32.q = flashattn::bshd(q.ptr, DType::f32, B, N / 2, H, d);
+  f32.k = flashattn::bshd(k.ptr, DType::f32, B, N / 2, H, d);
+  f32.v = flashattn::bshd(v.ptr, DType::f32, B, N / 2, H, d);
+  f32.out = flashattn::bshd(out.ptr, DType::f32, B, N / 2, H, d);
   CHECK(message(f32).find("dtype f32 is not supported") != std::string::npos);
   ForwardArgs dim40 = a;  // a valid view of the same buffers with 40-element rows
   for (Tensor* t : {&dim40.q, &dim40.k, &dim40.v, &dim40.out}) t->dim = 40;
