@@ -9,26 +9,28 @@
 
 #include "flashattn/convert.hpp"
 #include "flashattn/error.hpp"
+#include "views.hpp"
 
 namespace flashattn {
 namespace {
 
+using namespace detail;
+
 void check_view(const Tensor& t, const char* name, const Tensor& ref) {
-  std::ostringstream os;
+  check_tensor(t, name);
   if (t.batch != ref.batch || t.seq != ref.seq || t.heads != ref.heads || t.dim != ref.dim)
-    os << name << " shape [" << t.batch << ", " << t.seq << ", " << t.heads << ", " << t.dim
-       << "] must equal o1 shape [" << ref.batch << ", " << ref.seq << ", " << ref.heads << ", " << ref.dim << "]";
-  else if (t.dtype != ref.dtype)
-    os << name << ".dtype (" << dtype_name(t.dtype) << ") must equal o1.dtype (" << dtype_name(ref.dtype) << ")";
-  else if (t.batch < 0 || t.seq < 0 || t.heads < 0 || t.dim < 0)
-    os << name << " has a negative size";
-  else if (t.stride_batch < 0 || t.stride_seq < 0 || t.stride_head < 0)
-    os << name << " has a negative stride";
-  else if (t.batch * t.seq * t.heads * t.dim > 0 && t.data == nullptr)
-    os << name << ".data is null";
-  else if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
-    os << name << ".data (" << t.data << ") is not aligned to its element size";
-  if (!os.str().empty()) throw Error(os.str());
+    fail(name, " shape [", t.batch, ", ", t.seq, ", ", t.heads, ", ", t.dim, "] must equal o1 shape [", ref.batch, ", ",
+         ref.seq, ", ", ref.heads, ", ", ref.dim, "]");
+  if (t.dtype != ref.dtype) fail(name, ".dtype (", dtype_name(t.dtype), ") must equal o1.dtype (", dtype_name(ref.dtype), ")");
+}
+
+// out may be exactly an operand (in place: each row is read before it is written) or disjoint
+// from it; a shifted overlap would read rows already overwritten.
+void check_alias(const Tensor& out, const Tensor& in, const char* in_name) {
+  const bool same = out.data == in.data && out.stride_batch == in.stride_batch && out.stride_seq == in.stride_seq &&
+                    out.stride_head == in.stride_head;
+  if (!same && may_share_elements(out, "out", in, in_name))
+    fail("out overlaps ", in_name, " in memory without being the same view");
 }
 
 }  // namespace
@@ -38,6 +40,9 @@ void merge(const Tensor& o1, const float* lse1, const Tensor& o2, const float* l
   check_view(o1, "o1", o1);
   check_view(o2, "o2", o1);
   check_view(out, "out", o1);
+  check_no_self_overlap(out, "out");
+  check_alias(out, o1, "o1");
+  check_alias(out, o2, "o2");
   const int64_t rows = o1.batch * o1.seq * o1.heads;
   if (rows > 0) {
     const std::pair<const float*, const char*> lses[] = {{lse1, "lse1"}, {lse2, "lse2"}, {lse_out, "lse_out"}};

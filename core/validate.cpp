@@ -9,107 +9,12 @@
 #include <vector>
 
 #include "flashattn/error.hpp"
+#include "views.hpp"
 
 namespace flashattn {
 namespace {
 
-constexpr int64_t kMaxDim = int64_t{1} << 31;  // any single size must stay below 2^31
-
-template <class... Parts>
-[[noreturn]] void fail(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  throw Error(os.str());
-}
-
-// Returns a*b, or fails naming `what` if it overflows int64.
-int64_t mul_checked(int64_t a, int64_t b, const std::string& what) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) fail(what, ": size ", a, " x ", b, " overflows int64");
-  return r;
-}
-
-int64_t add_checked(int64_t a, int64_t b, const std::string& what) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) fail(what, ": offset ", a, " + ", b, " overflows int64");
-  return r;
-}
-
-// Returns the largest element offset of t, or -1 if t has no element.
-int64_t max_offset(const Tensor& t, const std::string& name) {
-  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return -1;
-  int64_t off = mul_checked(t.batch - 1, t.stride_batch, name + ".stride_batch");
-  off = add_checked(off, mul_checked(t.seq - 1, t.stride_seq, name + ".stride_seq"), name);
-  off = add_checked(off, mul_checked(t.heads - 1, t.stride_head, name + ".stride_head"), name);
-  off = add_checked(off, t.dim - 1, name);
-  mul_checked(off + 1, static_cast<int64_t>(dtype_size(t.dtype)), name + " bytes");
-  return off;
-}
-
-// Checks one tensor view on its own: dtype, sizes, strides, pointer.
-void check_tensor(const Tensor& t, const std::string& name) {
-  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
-    fail(name, ".dtype (", static_cast<int>(t.dtype), ") is not a DType (f32, f16, bf16)");
-  const int64_t sizes[4] = {t.batch, t.seq, t.heads, t.dim};
-  const char* size_names[4] = {"batch", "seq", "heads", "dim"};
-  for (int i = 0; i < 4; ++i) {
-    if (sizes[i] < 0) fail(name, ".", size_names[i], " (", sizes[i], ") must not be negative");
-    if (sizes[i] >= kMaxDim) fail(name, ".", size_names[i], " (", sizes[i], ") must be below 2^31");
-  }
-  if (t.heads == 0) fail(name, ".heads (0) must be at least 1");
-  if (t.dim == 0) fail(name, ".dim (0) must be at least 1");
-  const int64_t strides[3] = {t.stride_batch, t.stride_seq, t.stride_head};
-  const char* stride_names[3] = {"stride_batch", "stride_seq", "stride_head"};
-  for (int i = 0; i < 3; ++i)
-    if (strides[i] < 0) fail(name, ".", stride_names[i], " (", strides[i], ") must not be negative");
-  const int64_t last = max_offset(t, name);
-  if (last < 0) return;  // no element: the pointer is never used
-  if (t.data == nullptr) fail(name, ".data is null for a tensor of ", t.batch, "x", t.seq, "x", t.heads, "x", t.dim, " elements");
-  const auto addr = reinterpret_cast<uintptr_t>(t.data);
-  if (addr % dtype_size(t.dtype) != 0)
-    fail(name, ".data (", t.data, ") is not aligned to its element size (", dtype_size(t.dtype), " bytes)");
-}
-
-// Checks that distinct indices of an output view address distinct elements (no self-overlap).
-void check_no_self_overlap(const Tensor& t, const std::string& name) {
-  if (max_offset(t, name) < 0) return;
-  struct Axis { int64_t size, stride; const char* stride_name; };
-  std::vector<Axis> axes = {{t.batch, t.stride_batch, "stride_batch"},
-                            {t.seq, t.stride_seq, "stride_seq"},
-                            {t.heads, t.stride_head, "stride_head"}};
-  // Sort the axes with more than one index by stride; each stride must step over everything the
-  // faster axes (and the contiguous dim) span.
-  std::vector<Axis> used;
-  for (const Axis& a : axes)
-    if (a.size > 1) used.push_back(a);
-  for (size_t i = 1; i < used.size(); ++i)
-    for (size_t j = i; j > 0 && used[j].stride < used[j - 1].stride; --j) std::swap(used[j], used[j - 1]);
-  int64_t span = t.dim;  // elements covered by the faster axes
-  for (const Axis& a : used) {
-    if (a.stride < span)
-      fail(name, ".", a.stride_name, " (", a.stride, ") makes the output overlap itself (needs >= ", span, ")");
-    span = a.stride * (a.size - 1) + span;
-  }
-}
-
-struct Span {
-  uintptr_t begin = 0, end = 0;  // bytes [begin, end); empty when begin == end
-};
-
-Span span_of(const Tensor& t, const std::string& name) {
-  const int64_t last = max_offset(t, name);
-  if (last < 0) return {};
-  const auto b = reinterpret_cast<uintptr_t>(t.data);
-  return {b, b + static_cast<uintptr_t>(last + 1) * dtype_size(t.dtype)};
-}
-
-Span span_of(const void* p, int64_t bytes) {
-  if (!p || bytes <= 0) return {};
-  const auto b = reinterpret_cast<uintptr_t>(p);
-  return {b, b + static_cast<uintptr_t>(bytes)};
-}
-
-bool overlaps(Span a, Span b) { return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end; }
+using namespace detail;
 
 void check_same_shape(const Tensor& t, const std::string& name, const Tensor& ref, const std::string& ref_name) {
   if (t.batch != ref.batch || t.seq != ref.seq || t.heads != ref.heads || t.dim != ref.dim)
@@ -233,9 +138,8 @@ void validate(const BackwardArgs& a) {
   }
   for (int i = 0; i < 3; ++i)
     for (int j = i + 1; j < 3; ++j)
-      if (outs[i].first->data != nullptr && outs[i].first->data == outs[j].first->data &&
-          max_offset(*outs[i].first, outs[i].second) >= 0 && max_offset(*outs[j].first, outs[j].second) >= 0)
-        fail(outs[i].second, " and ", outs[j].second, " start at the same address");
+      if (may_share_elements(*outs[i].first, outs[i].second, *outs[j].first, outs[j].second))
+        fail(outs[i].second, " and ", outs[j].second, " overlap in memory");
 }
 
 }  // namespace flashattn

@@ -163,7 +163,13 @@ TEST_CASE("merge: bad arguments throw flashattn::Error and write nothing") {
     t2.data = reinterpret_cast<char*>(o2.data()) + 2;
     words = {"o2.data", "not aligned"};
   }
-  SUBCASE("negative stride") { to.stride_seq = -8; words = {"out", "negative stride"}; }
+  SUBCASE("negative stride") { to.stride_seq = -8; words = {"out.stride_seq (-8) must not be negative"}; }
+  SUBCASE("out overlaps itself") { to.stride_seq = 4; words = {"out.stride_", "makes the output overlap itself"}; }
+  SUBCASE("out shifted over o1") {
+    to.data = o1.data() + 4;
+    words = {"out overlaps o1 in memory without being the same view"};
+  }
+  SUBCASE("huge size") { to.seq = int64_t{1} << 31; words = {"out.seq (2147483648) must be below 2^31"}; }
   const std::vector<float> out_before = out, lo_before = lo;
   const std::string msg = error_of([&] { merge(t1, l1.data(), t2, l2_ptr, to, lo_ptr); });
   for (const char* w : words) CHECK_MESSAGE(msg.find(w) != std::string::npos, "\"" << msg << "\" lacks \"" << std::string(w) << "\"");

@@ -66,6 +66,7 @@ TEST_CASE("validate backward: overlapping gradients") {
   SUBCASE("dv over dout") { a.dv.data = fx.dout.data(); reject(fx, a, {"dv overlaps input dout"}); }
   SUBCASE("dv over v") { a.dv.data = fx.v.data() + 1; reject(fx, a, {"dv overlaps input v"}); }
   SUBCASE("lse inside dq") { a.lse = fx.dq.data() + 4; reject(fx, a, {"dq overlaps input lse"}); }
-  SUBCASE("dk and dv at one address") { a.dv.data = a.dk.data; reject(fx, a, {"dk and dv start at the same address"}); }
-  SUBCASE("dq and dk at one address") { a.dk.data = a.dq.data; reject(fx, a, {"dq and dk start at the same address"}); }
+  SUBCASE("dk and dv at one address") { a.dv.data = a.dk.data; reject(fx, a, {"dk and dv overlap in memory"}); }
+  SUBCASE("dk and dv overlapping") { a.dv.data = fx.dk.data() + 8; reject(fx, a, {"dk and dv overlap in memory"}); }
+  SUBCASE("dq and dk at one address") { a.dk.data = a.dq.data; reject(fx, a, {"dq and dk overlap in memory"}); }
 }
