@@ -23,6 +23,9 @@
 #include <doctest/doctest.h>
 
 #include "flashattn/convert.hpp"
+#ifdef FLASHATTN_GPU_TEST_CPU
+#include "flashattn/cpu.hpp"
+#endif
 #include "flashattn/error.hpp"
 #include "flashattn/gpu.hpp"
 #include "flashattn/problem.hpp"
@@ -377,6 +380,115 @@ TEST_CASE("gpu deterministic backward is bitwise repeatable at a large size") {
   CHECK(worst <= 4 * flashattn::unit_roundoff(t) * scale);
   cudaFree(lse);
 }
+
+#ifdef FLASHATTN_GPU_TEST_CPU
+namespace {
+
+// One large problem run on the CPU backend (host) and the GPU (device) with the same inputs.
+struct LargeCase {
+  const char* name;
+  DType dtype;
+  int64_t batch, seqlen_q, seqlen_k, heads_q, heads_k, dim;
+  bool causal;
+  int64_t window_left, window_right;
+  float softcap;
+  bool alibi;
+};
+
+// Returns max|x - y| / max|y| over two 16-bit buffers of dtype t (inf if a value is not finite).
+double relative_max_error(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, DType t) {
+  auto f = [t](uint16_t b) {
+    return static_cast<double>(t == DType::bf16 ? flashattn::float_from_bf16_bits(b) : flashattn::float_from_f16_bits(b));
+  };
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double a = f(x[i]), b = f(y[i]);
+    if (!std::isfinite(a) || !std::isfinite(b)) return INFINITY;
+    err = std::max(err, std::abs(a - b));
+    mag = std::max(mag, std::abs(b));
+  }
+  return mag > 0 ? err / mag : err;
+}
+
+}  // namespace
+
+// Sizes the fp64 oracle is too slow for: a gross-error check of the GPU against the CPU backend
+// (both already cross-checked against the oracle with the tolerance rule at small sizes). Errors of
+// indexing, tiling or grid bounds at large sizes are O(1) relative; the bound is 16 units of
+// rounding of the dtype relative to the largest magnitude.
+TEST_CASE("gpu agrees with the cpu backend at sizes the oracle is slow for") {
+  const LargeCase cases[] = {
+      {"bf16 d128 causal GQA", DType::bf16, 2, 1536, 2048, 8, 2, 128, true, -1, -1, 0, false},
+      {"f16 d64 window+alibi+softcap", DType::f16, 1, 2048, 2048, 4, 4, 64, false, 300, 40, 30.0f, true},
+      {"bf16 d256 seqlen_q 1", DType::bf16, 3, 1, 3000, 4, 1, 256, true, -1, -1, 0, false},
+  };
+  for (const LargeCase& c : cases) {
+    INFO(c.name);
+    const DType t = c.dtype;
+    const int64_t nq = c.batch * c.seqlen_q * c.heads_q * c.dim, nk = c.batch * c.seqlen_k * c.heads_k * c.dim;
+    Device16 q(nq, t, 21), k(nk, t, 22), v(nk, t, 23), dout(nq, t, 24), out(nq, t, 25), dq(nq, t, 26), dk(nk, t, 27),
+        dv(nk, t, 28);
+    std::vector<uint16_t> hq = q.read(), hk = k.read(), hv = v.read(), hdout = dout.read();
+    std::vector<uint16_t> hout(nq), hdq(nq), hdk(nk), hdv(nk);
+    const int64_t nlse = c.batch * c.heads_q * c.seqlen_q;
+    std::vector<float> hlse(nlse), slopes(c.heads_q);
+    for (int64_t h = 0; h < c.heads_q; ++h) slopes[h] = std::exp2(-8.0f * static_cast<float>(h + 1) / c.heads_q);
+    float *dlse = nullptr, *dslopes = nullptr;
+    cuda_ok(cudaMalloc(&dlse, sizeof(float) * nlse), "cudaMalloc");
+    cuda_ok(cudaMalloc(&dslopes, sizeof(float) * c.heads_q), "cudaMalloc");
+    cuda_ok(cudaMemcpy(dslopes, slopes.data(), sizeof(float) * c.heads_q, cudaMemcpyHostToDevice), "cudaMemcpy");
+
+    auto args = [&](void* pq, void* pk, void* pv, void* po, float* plse, void* pdo, void* pdq, void* pdk, void* pdv,
+                    const float* pslopes) {
+      BackwardArgs a;
+      a.q = flashattn::bshd(pq, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
+      a.k = flashattn::bshd(pk, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
+      a.v = flashattn::bshd(pv, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
+      a.out = flashattn::bshd(po, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
+      a.lse = plse;
+      a.causal = c.causal;
+      a.window_left = c.window_left, a.window_right = c.window_right;
+      a.softcap = c.softcap;
+      a.alibi_slopes = c.alibi ? pslopes : nullptr;
+      a.dout = flashattn::bshd(pdo, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
+      a.dq = flashattn::bshd(pdq, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
+      a.dk = flashattn::bshd(pdk, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
+      a.dv = flashattn::bshd(pdv, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
+      return a;
+    };
+    const BackwardArgs host = args(hq.data(), hk.data(), hv.data(), hout.data(), hlse.data(), hdout.data(), hdq.data(),
+                                   hdk.data(), hdv.data(), slopes.data());
+    const BackwardArgs dev = args(q.ptr, k.ptr, v.ptr, out.ptr, dlse, dout.ptr, dq.ptr, dk.ptr, dv.ptr, dslopes);
+    const double bound = 16 * flashattn::unit_roundoff(t);
+
+    flashattn::cpu::forward(host);
+    flashattn::gpu::forward(dev);
+    cuda_ok(cudaDeviceSynchronize(), "forward");
+    CHECK(relative_max_error(out.read(), hout, t) <= bound);
+    std::vector<float> glse(nlse);
+    cuda_ok(cudaMemcpy(glse.data(), dlse, sizeof(float) * nlse, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    double lse_err = 0;
+    for (int64_t i = 0; i < nlse; ++i)
+      lse_err = std::max(lse_err, hlse[i] == glse[i] ? 0.0 : std::abs(static_cast<double>(hlse[i]) - glse[i]));
+    CHECK(lse_err <= 1e-3);
+
+    // Backward from the CPU's out and lse on both sides (the same function of the same inputs).
+    cuda_ok(cudaMemcpy(out.ptr, hout.data(), 2 * nq, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_ok(cudaMemcpy(dlse, hlse.data(), sizeof(float) * nlse, cudaMemcpyHostToDevice), "cudaMemcpy");
+    flashattn::cpu::backward(host);
+    for (bool deterministic : {true, false}) {
+      INFO("deterministic = " << deterministic);
+      flashattn::gpu::backward(dev, nullptr, deterministic);
+      cuda_ok(cudaDeviceSynchronize(), "backward");
+      CHECK(relative_max_error(dq.read(), hdq, t) <= bound);
+      CHECK(relative_max_error(dk.read(), hdk, t) <= bound);
+      CHECK(relative_max_error(dv.read(), hdv, t) <= bound);
+    }
+    cudaFree(dlse);
+    cudaFree(dslopes);
+  }
+}
+#endif  // FLASHATTN_GPU_TEST_CPU
 
 int main(int argc, char** argv) {
   int devices = 0;
