@@ -37,13 +37,14 @@ namespace {
 // groups hold one slab per query block bi = (head in group)·nqb + block.
 struct BackwardScratch {
   int64_t blocks;  // group · nqb slabs
-  float* qt;       // [blocks][d x qpad] scale·Qᵀ
+  float* qt;       // [blocks][d x qpad] Qᵀ
   float* dot;      // [blocks][d x qpad] dOᵀ
   float* dqt;      // [blocks][d x qpad] dQᵀ accumulator (fp32)
   float* qr;       // [blocks][qpad x dpad] Q, rows zero-padded to dpad
   float* dor;      // [blocks][qpad x dpad] dO
   float* dd;       // [blocks][qpad] D = rowsum(dO∘O)
   float* lse;      // [blocks][qpad] LSE, +∞ for rows that see no key (so P = 0)
+  float* rnorm;    // [blocks][qpad] 1 / Σ_j exp(S − LSE) when self-normalising, else 1
   int32_t* kbeg;   // [blocks][qpad] first visible key per row
   int32_t* kend;   // [blocks][qpad] one past the last visible key
   float* st;       // [block_k x qpad] Sᵀ, then Pᵀ
@@ -65,7 +66,8 @@ struct BackwardScratch {
     dor = qr + blocks * tr;
     dd = dor + blocks * tr;
     lse = dd + blocks * p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(lse + blocks * p.qpad);
+    rnorm = lse + blocks * p.qpad;
+    kbeg = reinterpret_cast<int32_t*>(rnorm + blocks * p.qpad);
     kend = kbeg + blocks * p.qpad;
     st = reinterpret_cast<float*>(kend + blocks * p.qpad);
     dpt = st + p.block_k * p.qpad;
@@ -78,17 +80,34 @@ struct BackwardScratch {
   }
 };
 
-// Sᵀ ← exp(Sᵀ − LSE) lane-wise: P recomputed from the forward's log-sum-exp.
+// Sᵀ ← exp(scale·Sᵀ − LSE)·r lane-wise (product and difference rounded once, as in the forward):
+// P recomputed from the forward's log-sum-exp (r = 1, or the self-normalisation factor).
 template <class D>
-HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W,
-                            const float* HWY_RESTRICT lse) {
+HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, float scale,
+                            const float* HWY_RESTRICT lse, const float* HWY_RESTRICT rnorm) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto sc = hn::Set(d, scale);
   for (int64_t w = 0; w < W; w += L) {
     const auto m = hn::Load(d, lse + w);
+    const auto r = hn::Load(d, rnorm + w);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      hn::Store(hn::Exp(d, hn::Sub(hn::Load(d, s), m)), d, s);
+      hn::Store(hn::Mul(hn::Exp(d, hn::MulSub(hn::Load(d, s), sc, m)), r), d, s);
     }
+  }
+}
+
+// sum[i] += Σ_j exp(scale·Sᵀ[j][i] − LSE[i]).
+template <class D>
+HWY_INLINE void AddExpMinusLse(D d, const float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, float scale,
+                               const float* HWY_RESTRICT lse, float* HWY_RESTRICT sum) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto sc = hn::Set(d, scale);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto m = hn::Load(d, lse + w);
+    auto acc = hn::Load(d, sum + w);
+    for (int64_t j = 0; j < nk; ++j) acc = hn::Add(acc, hn::Exp(d, hn::MulSub(hn::Load(d, st + j * ld + w), sc, m)));
+    hn::Store(acc, d, sum + w);
   }
 }
 
@@ -114,10 +133,19 @@ HWY_INLINE void GradScores(D d, const float* HWY_RESTRICT pt, float* HWY_RESTRIC
   }
 }
 
-// Prepares the operands of query block qb of query head h (slab bi): Qᵀ·scale, dOᵀ, Q, dO, D, LSE,
+// Returns Σ_x a[x]·b[x] accumulated exactly like one output of Gemm (the target's MulAdd, in
+// order), so D = rowsum(dO∘O) and dP = dO·Vᵀ cancel exactly when O equals a row of V.
+inline float DotLikeGemm(const float* a, const float* b, int64_t n) {
+  const hn::CappedTag<float, 1> d1;
+  auto acc = hn::Zero(d1);
+  for (int64_t x = 0; x < n; ++x) acc = hn::MulAdd(hn::Set(d1, a[x]), hn::Set(d1, b[x]), acc);
+  return hn::GetLane(acc);
+}
+
+// Prepares the operands of query block qb of query head h (slab bi): Qᵀ, dOᵀ, Q, dO, D, LSE,
 // key ranges, dQᵀ = 0. Padded rows are zero and see no key.
 void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, const Sequence& seq,
-                  int64_t h, int64_t qb, int64_t bi, float scale) {
+                  int64_t h, int64_t qb, int64_t bi) {
   const Mask& mask = seq.mask;
   const int64_t r0 = qb * p.block_q;
   const int64_t rows = std::min(p.block_q, mask.seqlen_q - r0);
@@ -137,7 +165,7 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, cons
       load_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim, qi);
       load_row(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim, doi);
       load_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, w.row);
-      for (int64_t x = 0; x < dim; ++x) dsum += doi[x] * w.row[x];  // D = rowsum(dO∘O)
+      dsum = DotLikeGemm(doi, w.row, dim);  // D = rowsum(dO∘O)
       const float l = a.lse[lse_index(a, seq, h, r0 + i)];
       w.lse[bi * ld + i] = l == -inf ? inf : l;
       w.kbeg[bi * ld + i] = static_cast<int32_t>(mask.key_begin(r0 + i));
@@ -149,12 +177,49 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, cons
     }
     for (int64_t x = dim; x < dp; ++x) qi[x] = doi[x] = 0.0f;
     w.dd[bi * ld + i] = dsum;
+    w.rnorm[bi * ld + i] = 1.0f;
     for (int64_t x = 0; x < dim; ++x) {
-      qt[x * ld + i] = qi[x] * scale;
+      qt[x * ld + i] = qi[x];
       dot[x * ld + i] = doi[x];
       dqt[x * ld + i] = 0.0f;
     }
   }
+}
+
+// Returns whether the backward renormalises P itself. P is recomputed as exp(S − LSE) with the
+// caller's fp32 LSE. When that LSE comes from a computation whose S rounded differently (another
+// backend, the oracle, a different target), a nearly one-hot row keeps the rounding error of its
+// dominant S uncancelled: relative error ~ d^½·2^-24·|q||k|·scale in P and the gradients, which an
+// fp32 output cannot absorb (the naive algorithm normalises by its own sum and has no such error).
+// So for fp32 outputs each query block first computes r = 1/Σ_j exp(S − LSE) with its own S (one
+// extra S product, +1/5 of the backward's work) and uses P = exp(S − LSE)·r, exactly normalised.
+// 16-bit outputs round far above that error and skip it.
+bool NeedsSelfNorm(const BackwardArgs& a) { return a.dq.dtype == DType::f32; }
+
+// Sets rnorm of slab bi (query block qb) to 1/Σ_j exp(S − LSE) over every key the rows see (0 for a
+// row whose sum is 0: it has no visible key). Visits the key blocks in the main loop's order.
+template <class D>
+void SelfNormalize(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const Rows& k, TileScores ts,
+                   int64_t qb, int64_t bi) {
+  const int64_t ld = p.qpad, dim = p.dim, L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, mask.seqlen_q), W = round_up(r1 - r0, L);
+  float* sum = w.rnorm + bi * ld;
+  std::fill(sum, sum + ld, 0.0f);
+  ts.r0 = r0;
+  const bool transform = ts.softcap > 0 || ts.slope != 0;
+  const float fused_scale = transform ? 1.0f : ts.scale;
+  const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  for (int64_t c0 = 0; c0 < mask.seqlen_k; c0 += p.block_k) {
+    const int64_t c1 = std::min(c0 + p.block_k, mask.seqlen_k), nkb = c1 - c0;
+    const TileKind kind = mask.classify(r0, r1, c0, c1);
+    if (kind == TileKind::empty) continue;
+    Gemm(d, nkb, W, k.data + c0 * k.ld, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.st, ld, false);
+    ts.c0 = c0;
+    if (transform) TransformScores(d, w.st, ld, nkb, W, ts, nullptr);
+    if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
+    AddExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, sum);
+  }
+  for (int64_t i = 0; i < ld; ++i) sum[i] = sum[i] > 0 ? 1.0f / sum[i] : 0.0f;
 }
 
 // Computes dk, dv of head kvh and dq of its query heads, for sequence s.
@@ -171,14 +236,23 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   const float scale = effective_scale(a);
 
   for (int64_t hh = 0; hh < g; ++hh) {
-    for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, kvh * g + hh, qb, hh * nqb + qb, scale);
+    for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, kvh * g + hh, qb, hh * nqb + qb);
   }
 
   Rows k, v;
   if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v);
   TileScores ts;
+  ts.scale = scale;
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
+  if (nk > 0 && NeedsSelfNorm(a)) {
+    for (int64_t hh = 0; hh < g; ++hh) {
+      ts.slope = alibi_slope(a, s, kvh * g + hh);
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        SelfNormalize(d, p, w, mask, k, ts, qb, hh * nqb + qb);
+      }
+    }
+  }
   for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
     const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
     std::fill(w.dkt, w.dkt + nkb * dp, 0.0f);
@@ -189,6 +263,9 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       const int64_t h = kvh * g + hh;
       ts.slope = alibi_slope(a, s, h);
       const bool transform = ts.softcap > 0 || ts.slope != 0;
+      const float fused_scale = transform ? 1.0f : scale;  // as in the forward
+      const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity()
+                                           : -std::numeric_limits<float>::infinity();
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
         const TileKind kind = mask.classify(r0, r1, c0, c1);
@@ -199,14 +276,15 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         float* dqt = w.dqt + bi * dim * ld;
         const float* qr = w.qr + bi * ld * dp;
         const float* dor = w.dor + bi * ld * dp;
-        // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · scale·Qᵀ[x][i])
+        // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below)
         Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
         ts.c0 = c0;
         ts.r0 = r0;
         if (transform) TransformScores(d, w.st, ld, nkb, W, ts, ts.softcap > 0 ? w.tt : nullptr);
-        if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld);
+        if (kind == TileKind::partial)
+          MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
         // P = exp(S − LSE)
-        ExpMinusLse(d, w.st, ld, nkb, W, w.lse + bi * ld);
+        ExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
         // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
         Gemm(d, nkb, W, vb, v.ld, 1, dot, ld, dim, w.dpt, ld, false);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]

@@ -33,7 +33,7 @@ namespace {
 
 // Views one forward work item's scratch (sizes in plan.cpp: forward_scratch_floats).
 struct ForwardScratch {
-  float* qt;      // [d x qpad] scale·Qᵀ
+  float* qt;      // [d x qpad] Qᵀ
   float* ot;      // [d x qpad] Oᵀ accumulator
   float* st;      // [block_k x qpad] Sᵀ, then Pᵀ
   float* m;       // [qpad] running row max
@@ -74,11 +74,11 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
   const float scale = effective_scale(a);
   const float inf = std::numeric_limits<float>::infinity();
 
-  // Qᵀ (times scale), Oᵀ = 0, row state; padded lanes see no key.
+  // Qᵀ, Oᵀ = 0, row state; padded lanes see no key.
   for (int64_t i = 0; i < W; ++i) {
     if (i < rows) {
       load_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
-      for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = w.row[x] * scale;
+      for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = w.row[x];
       w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
       w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
     } else {
@@ -95,22 +95,27 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
     Rows k, v;
     head_kv(a, p, seq, kv_head(h, a.q.heads, a.k.heads), w.kv, held, k, v);
     TileScores ts;
+    ts.scale = scale;
     ts.r0 = r0;
     ts.diag = mask.diag();
     ts.softcap = a.softcap;
     ts.slope = alibi_slope(a, s, h);
     const bool transform = ts.softcap > 0 || ts.slope != 0;
+    // Without transforms the scale is fused into the softmax; masked raw scores must then become −∞
+    // after multiplying by it.
+    const float fused_scale = transform ? 1.0f : scale;
+    const float hidden = fused_scale < 0 ? inf : -inf;
     for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
-      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · scale·Qᵀ[x][i])
+      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below)
       Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false);
       ts.c0 = c0;
       if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
-      if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend);
+      if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
       // P = exp(S − m'), l' = l·α + rowsum(P), O ·= α
-      OnlineSoftmax(d, w.st, ld, nk, W, w.m, w.l, w.alpha);
+      OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
       RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
       // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
       Gemm(d, dim, W, v.data + c0 * v.ld, 1, v.ld, w.st, ld, nk, w.ot, ld, true);
@@ -120,8 +125,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
   // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞.
   for (int64_t i = 0; i < rows; ++i) {
     const float l = w.l[i];
-    const float inv = l > 0 ? 1.0f / l : 0.0f;
-    for (int64_t x = 0; x < dim; ++x) w.row[x] = w.ot[x * ld + i] * inv;
+    for (int64_t x = 0; x < dim; ++x) w.row[x] = l > 0 ? w.ot[x * ld + i] / l : 0.0f;
     store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
     if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 ? w.m[i] + std::log(l) : -inf;
   }

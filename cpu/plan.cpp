@@ -55,12 +55,12 @@ size_t forward_scratch_floats(const Plan& p) {
 }
 
 // Backward, per thread, for one (sequence, key/value head) with group·nqb query blocks: Qᵀ (scaled),
-// dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, key range (2) [qpad]; tiles S/P, dP/dS
+// dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, 1/norm, key range (2) [qpad]; tiles S/P, dP/dS
 // and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with 16-bit k, v their
 // fp32 copy [max_k x d] each.
 size_t backward_scratch_floats(const Plan& p) {
   const size_t blocks = p.group * ceil_div(p.max_q, p.block_q);
-  size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 4 * p.qpad);
+  size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad);
   n += 3 * p.block_k * p.qpad + 2 * p.block_k * p.dpad + 2 * p.dpad;
   if (p.convert_kv) n += 2 * p.max_k * p.dim;
   return n;

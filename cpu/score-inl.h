@@ -21,6 +21,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Where a tile sits in its sequence and which transforms are on.
 struct TileScores {
+  float scale = 1;     // multiplies the raw q·k first (TransformScores only)
   int64_t c0 = 0;      // key of tile row j = 0
   int64_t r0 = 0;      // query row of lane 0
   int64_t diag = 0;    // Mask::diag(): key aligned with query row 0
@@ -28,21 +29,29 @@ struct TileScores {
   float slope = 0;     // != 0: S <- S − slope·|i + diag − j|
 };
 
-// Applies soft-capping then ALiBi to st[0, nk) x [0, W). When `tanh_out` is set (backward with
-// soft-capping) it receives t = tanh(S/softcap), from which the derivative 1 − t² follows.
+// Turns raw q·k into scores: S = scale·st, then soft-capping, then ALiBi, on st[0, nk) x [0, W).
+// When `tanh_out` is set (backward with soft-capping) it receives t = tanh(S/softcap), from which
+// the derivative 1 − t² follows. (Without soft-capping and ALiBi the scale is fused into the
+// exponent instead: exp(scale·s − m) with one rounding, and this pass is skipped.)
 template <class D>
 HWY_INLINE void TransformScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W,
                                 const TileScores& ts, float* HWY_RESTRICT tanh_out) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto scale = hn::Set(d, ts.scale);
   if (ts.softcap > 0) {
     const auto cap = hn::Set(d, ts.softcap);
     const auto inv_cap = hn::Set(d, 1.0f / ts.softcap);
     for (int64_t j = 0; j < nk; ++j) {
       for (int64_t w = 0; w < W; w += L) {
-        const auto t = hn::Tanh(d, hn::Mul(hn::Load(d, st + j * ld + w), inv_cap));
+        const auto sv = hn::Mul(hn::Load(d, st + j * ld + w), scale);
+        const auto t = hn::Tanh(d, hn::Mul(sv, inv_cap));
         if (tanh_out) hn::Store(t, d, tanh_out + j * ld + w);
         hn::Store(hn::Mul(cap, t), d, st + j * ld + w);
       }
+    }
+  } else {
+    for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t w = 0; w < W; w += L) hn::Store(hn::Mul(hn::Load(d, st + j * ld + w), scale), d, st + j * ld + w);
     }
   }
   if (ts.slope != 0) {
@@ -59,15 +68,16 @@ HWY_INLINE void TransformScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t
   }
 }
 
-// Sets to −∞ every entry whose key c0 + j is outside its row's visible interval
+// Sets to `hidden` every entry whose key c0 + j is outside its row's visible interval
 // [kbeg[i], kend[i]) (Mask::key_begin / key_end of the row: the shared definition of visibility).
-// Called for partial tiles only.
+// `hidden` is −∞ for final scores, or the raw value whose product with the pending scale is −∞
+// (+∞ for a negative scale). Called for partial tiles only.
 template <class D>
 HWY_INLINE void MaskScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, int64_t c0,
-                           const int32_t* HWY_RESTRICT kbeg, const int32_t* HWY_RESTRICT kend) {
+                           const int32_t* HWY_RESTRICT kbeg, const int32_t* HWY_RESTRICT kend, float hidden) {
   const hn::RebindToSigned<D> di;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto neg_inf = hn::Set(d, hidden);
   for (int64_t w = 0; w < W; w += L) {
     const auto kb = hn::Load(di, kbeg + w);
     const auto ke = hn::Load(di, kend + w);
@@ -81,26 +91,29 @@ HWY_INLINE void MaskScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, 
   }
 }
 
-// Online softmax step over one tile: per row (lane) m' = max(m, max_j S), P = exp(S − m'),
-// l' = l·exp(m − m') + Σ_j P. Overwrites S with P and writes alpha = exp(m − m'), the factor the
-// output accumulator must be rescaled by. A row that has seen only −∞ keeps m = −∞ and uses 0 in
-// place of m' (the explicit max == −∞ guard), so it gets P = 0 and alpha = 0, never NaN.
+// Online softmax step over one tile of S = scale·st (scale 1 when TransformScores already applied
+// it): per row (lane) m' = max(m, max_j S), P = exp(scale·st − m') with the product and difference
+// rounded once (fused), l' = l·exp(m − m') + Σ_j P. Overwrites st with P and writes
+// alpha = exp(m − m'), the factor the output accumulator must be rescaled by. A row that has seen
+// only −∞ keeps m = −∞ and uses 0 in place of m' (the explicit max == −∞ guard), so it gets P = 0 and
+// alpha = 0, never NaN.
 template <class D>
-HWY_INLINE void OnlineSoftmax(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W,
+HWY_INLINE void OnlineSoftmax(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, float scale,
                               float* HWY_RESTRICT row_max, float* HWY_RESTRICT row_sum,
                               float* HWY_RESTRICT alpha) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto sc = hn::Set(d, scale);
   for (int64_t w = 0; w < W; w += L) {
     const auto m_old = hn::Load(d, row_max + w);
     auto m_new = m_old;
-    for (int64_t j = 0; j < nk; ++j) m_new = hn::Max(m_new, hn::Load(d, st + j * ld + w));
+    for (int64_t j = 0; j < nk; ++j) m_new = hn::Max(m_new, hn::Mul(hn::Load(d, st + j * ld + w), sc));
     const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
     const auto a = hn::Exp(d, hn::Sub(m_old, m_use));
     auto sum = hn::Zero(d);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      const auto pv = hn::Exp(d, hn::Sub(hn::Load(d, s), m_use));
+      const auto pv = hn::Exp(d, hn::MulSub(hn::Load(d, s), sc, m_use));
       hn::Store(pv, d, s);
       sum = hn::Add(sum, pv);
     }

@@ -1,0 +1,153 @@
+// CPU edge cases on every compiled target and every tile size: rows that see no key, |S| ~ 1e3,
+// a single query or key, odd head dims, tile-boundary lengths, empty varlen sequences — each
+// cross-checked against the oracle (which also requires out = 0, lse = −∞ and zero gradients for
+// rows and keys outside every mask). Plus the config errors and the target list.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "flashattn/cpu.hpp"
+#include "flashattn/error.hpp"
+#include "props/case.hpp"
+#include "props/crosscheck.hpp"
+#include "props/instance.hpp"
+#include "props/registry.hpp"
+#include "props_cpu.hpp"
+
+namespace {
+
+using flashattn::DType;
+using props::Case;
+
+// Returns one CPU implementation with a forced target and tiles.
+props::Implementation cpu_with(const flashattn::cpu::Target& t, const props_cpu::Tiles& tiles) {
+  flashattn::cpu::Config c;
+  c.target = t.bit;
+  c.block_q = tiles.block_q;
+  c.block_k = tiles.block_k;
+  c.threads = 2;
+  return {"cpu-" + t.name + "-" + tiles.name, [c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); },
+          [c](const flashattn::BackwardArgs& a) { flashattn::cpu::backward(a, c); }, {}};
+}
+
+Case base(int64_t nq, int64_t nk, int64_t d, DType t) {
+  Case c;
+  c.seqlen_q = nq;
+  c.seqlen_k = nk;
+  c.dim = d;
+  c.dtype = t;
+  c.seed = static_cast<uint64_t>(nq * 1000003 + nk * 1009 + d);
+  return c;
+}
+
+// The directed cases.
+std::vector<Case> edge_cases() {
+  std::vector<Case> r;
+  r.push_back(base(1, 1, 1, DType::f32));  // N = 1, d = 1
+  {
+    Case c = base(1, 300, 67, DType::bf16);  // decode step: one query sees the whole cache, odd d
+    c.causal = true;
+    r.push_back(c);
+  }
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {  // |S| ~ 1e3
+    Case c = base(40, 40, 64, t);
+    c.values = props::Values::large;
+    c.causal = true;
+    r.push_back(c);
+  }
+  {
+    Case c = base(9, 11, 5, DType::f32);  // sequence 0 has no keys at all: every row empty
+    c.batch = 2;
+    c.key_lengths = {0, 7};
+    r.push_back(c);
+  }
+  {
+    Case c = base(20, 8, 3, DType::f16);  // window (0, 0) with more queries than keys: empty rows
+    c.window_left = 0;
+    c.window_right = 0;
+    c.group = 3;
+    r.push_back(c);
+  }
+  {
+    Case c = base(0, 0, 33, DType::f32);  // varlen with empty sequences on either side
+    c.batch = 3;
+    c.varlen_q = {0, 13, 6};
+    c.varlen_k = {4, 0, 17};
+    c.seqlen_q = 19;
+    c.seqlen_k = 21;
+    r.push_back(c);
+  }
+  {
+    Case c = base(65, 129, 128, DType::f32);  // one past the default tiles, causal + softcap + ALiBi
+    c.causal = true;
+    c.softcap = 2.0f;
+    c.alibi = props::Alibi::shared;
+    r.push_back(c);
+  }
+  {
+    Case c = base(63, 127, 17, DType::bf16);  // one short of the default tiles, sliding window, GQA
+    c.window_left = 10;
+    c.window_right = 3;
+    c.heads_k = 2;
+    c.group = 2;
+    c.layout = props::Layout::padded;
+    c.offset = true;
+    r.push_back(c);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cpu: edge cases agree with the oracle on every target and tile size") {
+  std::vector<props_cpu::Tiles> tiles = props_cpu::tiny_tiles();
+  tiles.push_back({0, 0, "default"});
+  for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
+    for (const props_cpu::Tiles& tl : tiles) {
+      const props::Implementation impl = cpu_with(t, tl);
+      for (const Case& c : edge_cases()) {
+        INFO(impl.name << ": " << c);
+        const std::string f = props::crosscheck_forward(impl, c);
+        CHECK_MESSAGE(f.empty(), f);
+        const std::string b = props::crosscheck_backward(impl, c);
+        CHECK_MESSAGE(b.empty(), b);
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu: targets() lists the compiled targets this CPU supports, best first") {
+  const std::vector<flashattn::cpu::Target> ts = flashattn::cpu::targets();
+  REQUIRE(!ts.empty());
+  for (size_t i = 1; i < ts.size(); ++i) CHECK(ts[i - 1].bit < ts[i].bit);  // lower bit: better target
+  for (const auto& t : ts) MESSAGE("target " << t.name);
+  // The portable fallback is always compiled and always runs.
+  CHECK((ts.back().name == "SCALAR" || ts.back().name == "EMU128"));
+}
+
+TEST_CASE("cpu: bad configs throw flashattn::Error before writing anything") {
+  Case c = base(5, 6, 8, DType::f32);
+  props::Instance inst(c);
+  const flashattn::ForwardArgs a = inst.forward_args();
+  const std::vector<uint32_t> before = props_cpu::view_bits(inst.out());
+  auto error_of = [&](const flashattn::cpu::Config& cfg) -> std::string {
+    try {
+      flashattn::cpu::forward(a, cfg);
+    } catch (const flashattn::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  flashattn::cpu::Config bad_target;
+  bad_target.target = 3;  // two bits: not one Highway target
+  CHECK(error_of(bad_target).find("cpu::Config.target") != std::string::npos);
+  flashattn::cpu::Config bad_block;
+  bad_block.block_q = -2;
+  CHECK(error_of(bad_block).find("cpu::Config.block_q (-2)") != std::string::npos);
+  flashattn::cpu::Config bad_threads;
+  bad_threads.threads = -1;
+  CHECK(error_of(bad_threads).find("cpu::Config.threads (-1)") != std::string::npos);
+  CHECK(props_cpu::view_bits(inst.out()) == before);
+}
