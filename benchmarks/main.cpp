@@ -86,6 +86,17 @@ class Bench {
       r.status = "skipped: " + why;
       return r;
     }
+    const std::string series = series_key(c);
+    if (o_.time_limit > 0) {
+      const auto last = last_.find(series);
+      if (last != last_.end()) {
+        const double estimate = last->second.first * r.flops / last->second.second;
+        if (estimate > o_.time_limit) {
+          r.status = "skipped: out of time: estimated " + fixed3(estimate) + " s per call > --time-limit " + fixed3(o_.time_limit);
+          return r;
+        }
+      }
+    }
     const bool bwd = c.problem.pass == Pass::bwd;
     try {
       Outputs outs = data.make_outputs();
@@ -137,14 +148,24 @@ class Bench {
       r.ms_min = ms.front();
       r.ms_median = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
       r.gflops = r.flops / (r.ms_min * 1e-3) * 1e-9;
+      last_[series] = {r.ms_min * 1e-3, r.flops};
     } catch (const std::exception& e) {
       r.status = std::string(o_.tile_sweep && (c.block_q || c.block_k) ? "rejected: " : "error: ") + e.what();
     }
     return r;
   }
 
+  // Returns the series a case belongs to: everything but the sequence lengths.
+  static std::string series_key(const Case& c) {
+    const Problem& p = c.problem;
+    return c.impl + ' ' + pass_name(p.pass) + ' ' + flashattn::dtype_name(p.dtype) + ' ' + std::to_string(p.batch) + ' ' +
+           std::to_string(p.heads_q) + ' ' + std::to_string(p.heads_k) + ' ' + std::to_string(p.head_dim) + ' ' +
+           std::to_string(p.causal) + ' ' + std::to_string(c.block_q) + ' ' + std::to_string(c.block_k);
+  }
+
   const Options& o_;
   RunSettings s_;
+  std::map<std::string, std::pair<double, double>> last_;  // series -> (seconds per call, flops) of its last case
   std::map<std::string, std::unique_ptr<Runner>> runners_;
 };
 

@@ -53,6 +53,9 @@ int parse_options(int argc, char** argv, const std::vector<std::string>& availab
                  "per case: repeat beyond --reps (up to 200) until this much time was spent; short cases get more\n"
                  "repetitions, which makes the minimum stable on a shared host");
   app.add_option("--max-seconds", o.max_seconds, "per case: stop repeating after 2 reps once this much time was spent");
+  app.add_option("--time-limit", o.time_limit,
+                 "seconds one call may take: a case whose time, extrapolated by FLOPs from the same implementation's\n"
+                 "previous (smaller) case of the same series, exceeds it is reported as out of time (0: no limit)");
   app.add_option("--threads", o.threads, "OpenMP threads for every implementation and the peak test (0: all cores)");
   app.add_flag("--no-check", o.no_check, "time without checking (for sizes where no trusted implementation fits)");
   app.add_option("--check-max-seqlen", o.check_max_seqlen,

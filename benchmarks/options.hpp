@@ -14,7 +14,8 @@ struct Options {
   bool tile_sweep = false;   // time the CPU backend over grid.block_q × grid.block_k plus its default
   int reps = 5;
   double min_seconds = 0.3;  // per case: keep repeating (up to 200 reps) until this much time was spent
-  double max_seconds = 5;    // per case: stop repeating (after 2 reps) once this much time was spent
+  double max_seconds = 5;
+  double time_limit = 0;     // > 0: skip a case whose call is estimated (from its series) to take longer    // per case: stop repeating (after 2 reps) once this much time was spent
   int threads = 0;
   bool no_check = false;
   int64_t check_max_seqlen = 0;  // > 0: cases with more keys than this run unchecked

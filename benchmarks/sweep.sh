@@ -7,11 +7,13 @@
 # 1. scaling: cpu and standard, fwd and bwd, causal and not, d = 64 and 128, seqlen 512 … 16384 checked
 #    (the standard baseline checks the cpu backend and vice versa), then 32768 and 65536 unchecked
 #    (nothing trusted fits); the standard baseline reports "out of memory" where its N² buffers exceed
-#    the memory budget. Time should grow as N², flashattn's memory stay flat (O(N·d) inputs aside).
+#    the memory budget, and "out of time" where one call would take longer than TIME_LIMIT seconds
+#    (extrapolated from its previous length). Time should grow as N², flashattn's memory stay flat.
 # 2. tiles: the cpu backend over block_q x block_k for each shape, best tiles vs the library default.
 #
 # Environment: BENCH (flashattn-bench path, default ${BUILD_DIR:-build}/benchmarks/flashattn-bench), BATCH,
-# HEADS, DTYPE, HEAD_DIMS, SEQLENS, BIG_SEQLENS, TILE_SEQLENS, BLOCK_Q, BLOCK_K, EXTRA (more bench options).
+# HEADS, DTYPE, HEAD_DIMS, SEQLENS, BIG_SEQLENS, TILE_SEQLENS, BLOCK_Q, BLOCK_K, TIME_LIMIT (seconds per
+# call, default 120), EXTRA (more bench options).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-benchmarks/results/$(date -u +%Y%m%d-%H%M)}
@@ -32,7 +34,7 @@ status=0
 
 echo "== scaling sweep -> $out/scaling.*"
 "$bench" --impl cpu,standard --pass fwd,bwd --causal 0,1 --head-dim "$dims" --dtype "$dtype" --batch "$batch" \
-  --heads "$heads" --seqlen "$seqlens,$big" --check-max-seqlen "$checked_max" "${extra[@]}" \
+  --heads "$heads" --seqlen "$seqlens,$big" --check-max-seqlen "$checked_max" --time-limit "${TIME_LIMIT:-120}" "${extra[@]}" \
   --json "$out/scaling.json" --csv "$out/scaling.csv" --plot "$out/scaling" | tee "$out/scaling.txt" || status=1
 
 echo "== tile sweep -> $out/tiles.*"
