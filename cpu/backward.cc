@@ -25,6 +25,7 @@
 
 #include "gemm-inl.h"
 #include "score-inl.h"
+#include "widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
@@ -162,9 +163,9 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, cons
     float dsum = 0.0f;
     if (i < rows) {
       const int64_t r = seq.q_start + r0 + i;
-      load_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim, qi);
-      load_row(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim, doi);
-      load_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, w.row);
+      WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim, qi);
+      WidenRow(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim, doi);
+      WidenRow(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, w.row);
       dsum = DotLikeGemm(doi, w.row, dim);  // D = rowsum(dO∘O)
       const float l = a.lse[lse_index(a, seq, h, r0 + i)];
       w.lse[bi * ld + i] = l == -inf ? inf : l;
@@ -240,7 +241,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   }
 
   Rows k, v;
-  if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v);
+  if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
   TileScores ts;
   ts.scale = scale;
   ts.diag = mask.diag();

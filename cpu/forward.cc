@@ -23,6 +23,7 @@
 
 #include "gemm-inl.h"
 #include "score-inl.h"
+#include "widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
@@ -77,7 +78,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
   // Qᵀ, Oᵀ = 0, row state; padded lanes see no key.
   for (int64_t i = 0; i < W; ++i) {
     if (i < rows) {
-      load_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
+      WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
       for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = w.row[x];
       w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
       w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
@@ -93,7 +94,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
   const int64_t key_lo = mask.rows_key_begin(r0), key_hi = mask.rows_key_end(r1);
   if (key_lo < key_hi) {
     Rows k, v;
-    head_kv(a, p, seq, kv_head(h, a.q.heads, a.k.heads), w.kv, held, k, v);
+    head_kv(a, p, seq, kv_head(h, a.q.heads, a.k.heads), w.kv, held, k, v, WidenRow);
     TileScores ts;
     ts.scale = scale;
     ts.r0 = r0;

@@ -23,10 +23,13 @@ struct Rows {
   int64_t ld = 0;
 };
 
+// Widens n elements at offset `off` of a buffer of dtype t into dst (load_row or a SIMD version).
+using WidenFn = void (*)(const void* data, DType t, int64_t off, int64_t n, float* dst);
+
 // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of sequence seq. `copy` has room for
-// 2·max_k·d floats (used only for 16-bit inputs); `held` says what it holds.
+// 2·max_k·d floats (used only for 16-bit inputs, widened with `widen`); `held` says what it holds.
 inline void head_kv(const ForwardArgs& a, const Plan& p, const Sequence& seq, int64_t kvh, float* copy,
-                    KvCopy& held, Rows& k, Rows& v) {
+                    KvCopy& held, Rows& k, Rows& v, WidenFn widen) {
   if (!p.convert_kv) {
     k = {static_cast<const float*>(a.k.data) + a.k.offset(seq.batch, seq.k_start, kvh), a.k.stride_seq};
     v = {static_cast<const float*>(a.v.data) + a.v.offset(seq.batch, seq.k_start, kvh), a.v.stride_seq};
@@ -36,8 +39,8 @@ inline void head_kv(const ForwardArgs& a, const Plan& p, const Sequence& seq, in
   float* vc = copy + p.max_k * p.dim;
   if (held.call_id != p.call_id || held.sequence != seq.index || held.head != kvh) {
     for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
-      load_row(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), p.dim, kc + j * p.dim);
-      load_row(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), p.dim, vc + j * p.dim);
+      widen(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), p.dim, kc + j * p.dim);
+      widen(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), p.dim, vc + j * p.dim);
     }
     held = {p.call_id, seq.index, kvh};
   }

@@ -123,13 +123,16 @@ HWY_INLINE void OnlineSoftmax(D d, float* HWY_RESTRICT st, int64_t ld, int64_t n
   }
 }
 
-// acc[x][i] *= alpha[i] for x in [0, rows), i in [0, W).
+// acc[x][i] *= alpha[i] for x in [0, rows), i in [0, W). Skips vectors whose factors are all 1
+// (the running max did not change: the common case after the first key blocks).
 template <class D>
 HWY_INLINE void RescaleColumns(D d, float* HWY_RESTRICT acc, int64_t ld, int64_t rows, int64_t W,
                                const float* HWY_RESTRICT alpha) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
   for (int64_t w = 0; w < W; w += L) {
     const auto a = hn::Load(d, alpha + w);
+    if (hn::AllTrue(d, hn::Eq(a, one))) continue;
     for (int64_t x = 0; x < rows; ++x) {
       float* o = acc + x * ld + w;
       hn::Store(hn::Mul(hn::Load(d, o), a), d, o);
