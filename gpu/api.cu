@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -115,9 +116,8 @@ void copy_arrays(const ForwardArgs& a, ForwardArgs& host, HostArrays& h, cudaStr
   host.alibi_slopes = a.alibi_slopes ? h.alibi.data() : nullptr;
 }
 
-// GPU-specific requirements of one tensor: device memory, 16-byte aligned rows.
-void check_gpu_tensor(const Tensor& t, const char* name) {
-  check_device_pointer(t.data, name);
+// GPU-specific layout requirement of one tensor: 16-byte aligned rows (needs no device).
+void check_gpu_layout(const Tensor& t, const char* name) {
   if (t.data == nullptr) return;
   if (reinterpret_cast<uintptr_t>(t.data) % kVectorAlign != 0)
     fail(name, ".data (", t.data, ") must be 16-byte aligned (rows are copied in 16-byte chunks)");
@@ -130,16 +130,20 @@ void check_gpu_tensor(const Tensor& t, const char* name) {
            " elements (16-byte aligned rows); repack the tensor or use flashattn::cpu");
 }
 
-// Checks dtype, head dim and grid limits shared by forward and backward.
-void check_gpu_common(const ForwardArgs& a, int64_t nseq) {
+struct NamedTensor {
+  const Tensor* tensor;
+  const char* name;
+};
+
+// Checks dtype, head dim, grid limits and the layout of every tensor (all without a device), then
+// that every pointer is device-readable memory (asks the driver).
+void check_gpu(const ForwardArgs& a, int64_t nseq, std::initializer_list<NamedTensor> tensors) {
   const std::string why = unsupported_reason(a.q.dtype, a.q.dim);
   if (!why.empty()) throw Error(why);
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
-  check_gpu_tensor(a.q, "q");
-  check_gpu_tensor(a.k, "k");
-  check_gpu_tensor(a.v, "v");
-  check_gpu_tensor(a.out, "out");
+  for (const NamedTensor& t : tensors) check_gpu_layout(*t.tensor, t.name);
+  for (const NamedTensor& t : tensors) check_device_pointer(t.tensor->data, t.name);
   check_device_pointer(a.lse, "lse");
 }
 
@@ -231,7 +235,7 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   copy_arrays(a, host, arrays, stream);
   validate(host);
   const Extents e = extents(host);
-  check_gpu_common(a, e.nseq);
+  check_gpu(a, e.nseq, {{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"}});
   if (e.max_q == 0) return;
   ForwardParams p;
   fill(p, a, e.nseq);
@@ -252,11 +256,9 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   copy_arrays(a, host, arrays, stream);
   validate(host);
   const Extents e = extents(host);
-  check_gpu_common(a, e.nseq);
-  check_gpu_tensor(a.dout, "dout");
-  check_gpu_tensor(a.dq, "dq");
-  check_gpu_tensor(a.dk, "dk");
-  check_gpu_tensor(a.dv, "dv");
+  check_gpu(a, e.nseq,
+            {{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"}, {&a.dout, "dout"}, {&a.dq, "dq"}, {&a.dk, "dk"},
+             {&a.dv, "dv"}});
   if (e.max_k_rows == 0 && e.max_q == 0) return;
 
   BackwardParams p;

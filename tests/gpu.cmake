@@ -12,3 +12,13 @@ if(TARGET flashattn::gpu AND TARGET flashattn_props)
   add_test(NAME flashattn_props_gpu COMMAND flashattn_props_gpu)
   set_tests_properties(flashattn_props_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS "props;gpu")
 endif()
+
+# Argument checks of flashattn::gpu that need no device (runs everywhere the backend is built).
+if(TARGET flashattn::gpu)
+  find_package(doctest CONFIG REQUIRED)
+  add_executable(flashattn_gpu_args ${CMAKE_CURRENT_LIST_DIR}/gpu_args.cpp)
+  target_link_libraries(flashattn_gpu_args PRIVATE flashattn::gpu doctest::doctest)
+  target_compile_options(flashattn_gpu_args PRIVATE -Wall -Wextra)
+  add_test(NAME flashattn_gpu_args COMMAND flashattn_gpu_args)
+  set_tests_properties(flashattn_gpu_args PROPERTIES LABELS "unit;gpu")
+endif()
