@@ -11,6 +11,9 @@ namespace bench {
 
 namespace {
 
+constexpr int kPlotHeight = 600;       // pixels of the axes area
+constexpr int kLegendRowHeight = 18;   // pixels per legend row
+
 std::string series_name(const Result& r) {
   const Problem& p = r.c.problem;
   std::string s = r.c.impl + " " + pass_name(p.pass) + " " + flashattn::dtype_name(p.dtype) + (p.causal ? " causal" : "") +
@@ -40,7 +43,8 @@ bool plot(const std::string& prefix, const MachineInfo& m, const std::vector<Res
     }
   }
   std::ofstream g(gp);
-  g << "set terminal pngcairo size 1100,700 noenhanced\n"
+  const int rows = static_cast<int>(series.size() + 1) / 2;  // legend entries below the plot, two columns
+  g << "set terminal pngcairo size 1200," << kPlotHeight + kLegendRowHeight * rows << " font ',10' noenhanced\n"
     << "set key below\nset grid\nset logscale x 2\nset xlabel 'sequence length (keys)'\n";
   auto lines = [&](int column) {
     int i = 0;
@@ -57,7 +61,8 @@ bool plot(const std::string& prefix, const MachineInfo& m, const std::vector<Res
     << static_cast<int>(m.peak()) << " GFLOP/s)'\n";
   g << "set arrow from graph 0, first " << m.peak() << " to graph 1, first " << m.peak() << " nohead dt 2\n";
   lines(2);
-  g << "unset arrow\nset output '" << prefix << "-memory.png'\nset logscale y 2\nset ylabel 'extra memory (bytes)'\n"
+  g << "unset arrow\nset output '" << prefix << "-memory.png'\nset logscale y 2\nset format y '%.0b %BB'\n"
+    << "set ylabel 'extra memory (bytes)'\n"
     << "set title 'memory beyond inputs and outputs'\n";
   lines(3);
   g.close();
