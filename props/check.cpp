@@ -43,8 +43,7 @@ void report(const std::string& id, const rc::detail::TestResult& result) {
   }
   FAIL_CHECK("property '" << id << "' failed\n"
              << os.str()
-             << "\n(replay: RC_PARAMS=\"reproduce=...\" as printed at exit, or FLASHATTN_REPLAY='<case line>' "
-                "with -tc=replay)");
+             << "\n(RapidCheck also prints RC_PARAMS=\"reproduce=...\" at exit: it replays this failure)");
 }
 
 }  // namespace props

@@ -24,7 +24,7 @@ using CaseCheck = std::string (*)(const Implementation&, const Case&);
 void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases) {
   for (const Implementation* impl : implementations()) {
     if (needs_backward && !impl->backward) {
-      MESSAGE(impl->name << " has no backward: '" << property << "' does not apply");
+      MESSAGE(impl->name << " has no backward: '" << std::string(property) << "' does not apply");
       continue;
     }
     check(
