@@ -74,6 +74,7 @@ class StandardRunner : public Runner {
     if (need <= s.memory_budget) return "";
     return "out of memory: needs " + gib(need) + " of N² buffers > budget " + gib(s.memory_budget) + " (--mem-limit)";
   }
+  void prepare(const flashattn::BackwardArgs&) override { std_.release(); }
   void forward(const flashattn::ForwardArgs& a, const Case&, bool for_backward) override { std_.forward(a, for_backward); }
   void backward(const flashattn::BackwardArgs& a, const Case&) override { std_.backward(a); }
   size_t declared_bytes(const flashattn::BackwardArgs& a, const Case& c) const override {

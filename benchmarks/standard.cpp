@@ -45,9 +45,14 @@ struct Standard::Block {
 
 Standard::Standard() { openblas_set_num_threads(1); }  // heads run in parallel: one BLAS thread each
 
-Standard::~Standard() {
-  for (auto* pool : {&scratch_, &saved_, &copies_})
+Standard::~Standard() { release(); }
+
+void Standard::release() {
+  for (auto* pool : {&scratch_, &saved_, &copies_}) {
     for (Block& b : *pool) std::free(b.data);
+    pool->clear();
+  }
+  saved_q_ = nullptr;
 }
 
 std::string Standard::blas_core() { return openblas_get_corename(); }

@@ -5,8 +5,8 @@
 // The forward used for training keeps P for every head ([B, Hq, Nq, Nk] fp32); the backward reads it:
 //   dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dO ∘ O)), dQ = scale·dS K, dK = scale·dSᵀ Q (sgemm).
 // f16/bf16 inputs are converted to f32 first and results rounded back. Buffers are kept between
-// calls (like a framework's caching allocator) so timings do not include first-touch page faults;
-// their sizes are reported by workspace_bytes. Supports masks (causal, window, key lengths); not
+// calls (like a framework's caching allocator) until release(), so timings do not include
+// first-touch page faults; their sizes are reported by forward_bytes / backward_bytes. Supports masks (causal, window, key lengths); not
 // varlen, softcap or ALiBi (throws flashattn::Error).
 #pragma once
 
@@ -35,6 +35,10 @@ class Standard {
   // dP; per head for the saved P, which the backward needs), f32 copies of 16-bit tensors, row sums.
   static size_t forward_bytes(const flashattn::ForwardArgs& a, bool save_p, int threads);
   static size_t backward_bytes(const flashattn::BackwardArgs& a, int threads);
+
+  // Frees every buffer (the next call allocates and first-touches again, untimed by the benchmark's
+  // protocol). Called between cases so one case's N² buffers never add to the next one's.
+  void release();
 
   // Returns OpenBLAS's core type (openblas_get_corename), e.g. "SkylakeX".
   static std::string blas_core();
