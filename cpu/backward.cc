@@ -55,7 +55,7 @@ struct BackwardScratch {
   float* dvt;      // [block_k x dpad] dV of the key block
   float* row;      // [dpad]
   float* row2;     // [dpad]
-  float* kv;       // [2 x max_k x d] fp32 copy of k, v (16-bit inputs only)
+  float* kv;       // [2 x block_k x d] fp32 copy of one key block of k, v (kv.h)
 
   BackwardScratch(float* s, const Plan& p) {
     blocks = p.group * ceil_div(p.max_q, p.block_q);
@@ -197,35 +197,27 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, cons
 // 16-bit outputs round far above that error and skip it.
 bool NeedsSelfNorm(const BackwardArgs& a) { return a.dq.dtype == DType::f32; }
 
-// Sets rnorm of slab bi (query block qb) to 1/Σ_j exp(S − LSE) over every key the rows see (0 for a
-// row whose sum is 0: it has no visible key). Visits the key blocks in the main loop's order.
+// Adds Σ_j exp(S − LSE) over the keys of block [c0, c0 + nkb) to rnorm of slab bi (query block qb).
 template <class D>
-void SelfNormalize(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const Rows& k, TileScores ts,
-                   int64_t qb, int64_t bi) {
+void AddRowSums(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const Rows& k, TileScores ts,
+                int64_t c0, int64_t nkb, int64_t qb, int64_t bi) {
   const int64_t ld = p.qpad, dim = p.dim, L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, mask.seqlen_q), W = round_up(r1 - r0, L);
-  float* sum = w.rnorm + bi * ld;
-  std::fill(sum, sum + ld, 0.0f);
-  ts.r0 = r0;
+  const TileKind kind = mask.classify(r0, r1, c0, c0 + nkb);
+  if (kind == TileKind::empty) return;
   const bool transform = ts.softcap > 0 || ts.slope != 0;
   const float fused_scale = transform ? 1.0f : ts.scale;
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
-  for (int64_t c0 = 0; c0 < mask.seqlen_k; c0 += p.block_k) {
-    const int64_t c1 = std::min(c0 + p.block_k, mask.seqlen_k), nkb = c1 - c0;
-    const TileKind kind = mask.classify(r0, r1, c0, c1);
-    if (kind == TileKind::empty) continue;
-    Gemm(d, nkb, W, k.data + c0 * k.ld, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.st, ld, false);
-    ts.c0 = c0;
-    if (transform) TransformScores(d, w.st, ld, nkb, W, ts, nullptr);
-    if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-    AddExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, sum);
-  }
-  for (int64_t i = 0; i < ld; ++i) sum[i] = sum[i] > 0 ? 1.0f / sum[i] : 0.0f;
+  Gemm(d, nkb, W, k.data, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.st, ld, false);
+  ts.c0 = c0;
+  ts.r0 = r0;
+  if (transform) TransformScores(d, w.st, ld, nkb, W, ts, nullptr);
+  if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
+  AddExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
 }
 
 // Computes dk, dv of head kvh and dq of its query heads, for sequence s.
-void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, int64_t s,
-                  int64_t kvh) {
+void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int64_t s, int64_t kvh) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const Sequence seq = sequence(a, s);
@@ -240,26 +232,32 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, kvh * g + hh, qb, hh * nqb + qb);
   }
 
-  Rows k, v;
-  if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+  Rows k, v;  // keys [c0, c1) of the current block
   TileScores ts;
   ts.scale = scale;
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
   if (nk > 0 && NeedsSelfNorm(a)) {
-    for (int64_t hh = 0; hh < g; ++hh) {
-      ts.slope = alibi_slope(a, s, kvh * g + hh);
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        SelfNormalize(d, p, w, mask, k, ts, qb, hh * nqb + qb);
+    // rnorm = 1 / Σ_j exp(S − LSE), key blocks in the same order as below (sums start from 0).
+    std::fill(w.rnorm, w.rnorm + w.blocks * ld, 0.0f);
+    for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
+      const int64_t nkb = std::min(p.block_k, nk - c0);
+      block_kv(a, p, seq, kvh, c0, nkb, w.kv, k, v, WidenRow);
+      for (int64_t hh = 0; hh < g; ++hh) {
+        ts.slope = alibi_slope(a, s, kvh * g + hh);
+        for (int64_t qb = 0; qb < nqb; ++qb) AddRowSums(d, p, w, mask, k, ts, c0, nkb, qb, hh * nqb + qb);
       }
     }
+    // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
+    for (int64_t i = 0; i < w.blocks * ld; ++i) w.rnorm[i] = w.rnorm[i] > 0 ? 1.0f / w.rnorm[i] : 0.0f;
   }
   for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
     const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
     std::fill(w.dkt, w.dkt + nkb * dp, 0.0f);
     std::fill(w.dvt, w.dvt + nkb * dp, 0.0f);
-    const float* kb = k.data + c0 * k.ld;
-    const float* vb = v.data + c0 * v.ld;
+    block_kv(a, p, seq, kvh, c0, nkb, w.kv, k, v, WidenRow);
+    const float* kb = k.data;
+    const float* vb = v.data;
     for (int64_t hh = 0; hh < g; ++hh) {
       const int64_t h = kvh * g + hh;
       ts.slope = alibi_slope(a, s, h);
@@ -343,12 +341,11 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
       std::lock_guard<std::mutex> lock(error_mutex);
       error = std::current_exception();
     }
-    KvCopy held;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
       BackwardScratch w(scratch, p);
-      BackwardItem(a, p, w, held, it / heads, it % heads);
+      BackwardItem(a, p, w, it / heads, it % heads);
     }
   }
   if (error) std::rethrow_exception(error);

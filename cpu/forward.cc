@@ -43,7 +43,7 @@ struct ForwardScratch {
   int32_t* kbeg;  // [qpad] first visible key per row
   int32_t* kend;  // [qpad] one past the last visible key per row
   float* row;     // [dpad] one row in fp32
-  float* kv;      // [2 x max_k x d] fp32 copy of k, v (16-bit inputs only)
+  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
 
   ForwardScratch(float* s, const Plan& p) {
     qt = s;

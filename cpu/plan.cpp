@@ -40,29 +40,29 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
   p.max_k = max_rows(a.cu_seqlens_k, nseq, a.k.seq);
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
-  p.convert_kv = a.k.dtype != DType::f32;
+  p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim;
   p.call_id = g_next_call_id.fetch_add(1);
   return p;
 }
 
 // Forward, per thread: Qᵀ and Oᵀ [d x qpad], S/P [block_k x qpad], row state (max, sum, alpha,
-// key range as int32) 5 x qpad, one row buffer [dpad]; with 16-bit k, v also their fp32 copy of one
-// head [max_k x d] each.
+// key range as int32) 5 x qpad, one row buffer [dpad]; with copied k, v (kv.h) also their fp32
+// copy of one head [max_k x d] each.
 size_t forward_scratch_floats(const Plan& p) {
   size_t n = 2 * p.dim * p.qpad + p.block_k * p.qpad + 5 * p.qpad + p.dpad;
-  if (p.convert_kv) n += 2 * p.max_k * p.dim;
+  if (p.copy_kv) n += 2 * p.max_k * p.dim;
   return n;
 }
 
 // Backward, per thread, for one (sequence, key/value head) with group·nqb query blocks: Qᵀ (scaled),
 // dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, 1/norm, key range (2) [qpad]; tiles S/P, dP/dS
-// and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with 16-bit k, v their
-// fp32 copy [max_k x d] each.
+// and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with copied k, v
+// (kv.h) their fp32 copy of one key block [block_k x d] each.
 size_t backward_scratch_floats(const Plan& p) {
   const size_t blocks = p.group * ceil_div(p.max_q, p.block_q);
   size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad);
   n += 3 * p.block_k * p.qpad + 2 * p.block_k * p.dpad + 2 * p.dpad;
-  if (p.convert_kv) n += 2 * p.max_k * p.dim;
+  if (p.copy_kv) n += 2 * p.block_k * p.dim;
   return n;
 }
 

@@ -42,7 +42,7 @@ struct Plan {
   int64_t max_q = 0;     // most query rows of one sequence
   int64_t max_k = 0;     // most key rows of one sequence
   int64_t group = 1;     // query heads per key/value head
-  bool convert_kv = false;  // k, v are 16-bit: widened to fp32 per head before use
+  bool copy_kv = false;     // k, v are 16-bit or not contiguous per head: copied to fp32 rows (kv.h)
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };
 

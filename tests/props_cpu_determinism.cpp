@@ -120,7 +120,8 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
     }
   }
   // At N = 16384, d = 128 (one head, two threads, default tiles) the scratch is a small fraction
-  // of one N x N fp32 matrix (1 GiB).
+  // of one N x N fp32 matrix (1 GiB): the forward holds one fp32 copy of a head's K and V per thread
+  // (bshd rows are strided), the backward the operands of one head's query rows per thread.
   const int64_t n = 16384;
   const double matrix = static_cast<double>(n) * n * sizeof(float);
   Config c;
@@ -129,6 +130,6 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
   const double fwd = static_cast<double>(flashattn::cpu::workspace_bytes(static_cast<const flashattn::ForwardArgs&>(a), c));
   const double bwd = static_cast<double>(flashattn::cpu::workspace_bytes(a, c));
   MESSAGE("N=16384 d=128: forward scratch " << fwd / matrix << ", backward " << bwd / matrix << " of an N x N matrix");
-  CHECK(fwd < matrix / 1000);
+  CHECK(fwd < matrix / 20);
   CHECK(bwd < matrix / 10);
 }
