@@ -17,6 +17,9 @@ using flashattn::Tensor;
 
 // Typical |S| of the `large` value kind: its tails reach ~1e3.
 constexpr double kLargeScore = 300;
+// Bound on the typical unscaled |q·k| of the `large` kind: its tails stay well below the f16
+// maximum (65504), so the same-precision oracle's rounded dot products stay finite.
+constexpr double kLargeDot = 2000;
 
 template <class F>
 void fill(GuardedTensor& t, F value) {
@@ -60,7 +63,9 @@ void Instance::fill_inputs() {
   Rng rng(c.seed);
   auto normal = [&] { return rng.normal(); };
   auto ternary = [&] { return static_cast<double>(rng.below(3) - 1); };
-  const double sigma_large = std::sqrt(kLargeScore / (std::fabs(effective_scale(c)) * std::sqrt(double(c.dim))));
+  const double root_d = std::sqrt(static_cast<double>(c.dim));
+  const double sigma_large =
+      std::sqrt(std::min(kLargeScore / std::fabs(effective_scale(c)), kLargeDot) / root_d);
   auto large = [&] { return sigma_large * rng.normal(); };
   auto sparse = [&] { return rng.below(2) ? rng.normal() : 0.0; };
   switch (c.values) {

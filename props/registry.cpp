@@ -32,6 +32,13 @@ int run(int argc, char** argv) {
     std::cerr << "props::run: no implementation registered (call props::add first)\n";
     return EXIT_FAILURE;
   }
+  if (implementations().empty()) {
+    std::cerr << "props::run: FLASHATTN_PROPS_IMPL=" << std::getenv("FLASHATTN_PROPS_IMPL")
+              << " names no registered implementation; registered:";
+    for (const Implementation& i : registry()) std::cerr << ' ' << i.name;
+    std::cerr << '\n';
+    return EXIT_FAILURE;
+  }
   doctest::Context context;
   context.applyCommandLine(argc, argv);
   return context.run();

@@ -36,7 +36,8 @@ void add(Implementation impl);
 std::vector<const Implementation*> implementations();
 
 // Runs the doctest suite (every TEST_CASE linked into the runner) with the command line's doctest
-// options; returns the process exit code. Fails if nothing was registered.
+// options; returns the process exit code. Fails if nothing was registered, or if
+// FLASHATTN_PROPS_IMPL names no registered implementation.
 int run(int argc, char** argv);
 
 }  // namespace props
