@@ -24,6 +24,9 @@ target_compile_options(flashattn_fuzz_harness PRIVATE -Wall -Wextra)
 add_executable(flashattn_fuzz_replay ${_rel_dir}/fuzz/replay_main.cpp)
 target_link_libraries(flashattn_fuzz_replay PRIVATE flashattn_fuzz_harness)
 add_test(NAME "reliability: fuzz corpus replay" COMMAND flashattn_fuzz_replay ${_rel_dir}/fuzz/corpus)
+# Inputs that once crashed the harness (one file per bug, named after it): they must stay fixed.
+# Undefined behaviour in them only shows under UBSan (scripts/sanitize).
+add_test(NAME "reliability: fuzz regressions replay" COMMAND flashattn_fuzz_replay ${_rel_dir}/fuzz/regressions)
 
 if(FLASHATTN_BUILD_FUZZER)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")

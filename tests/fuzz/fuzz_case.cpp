@@ -278,6 +278,7 @@ void mutate(ByteReader& r, FuzzCase& c) {
     case 3: {  // a dtype (of one tensor, or of all), possibly not a DType value
       const uint8_t raw = r.take<uint8_t>();
       const DType dt = static_cast<DType>(raw >= 128 ? raw : raw % 3);
+      c.tame = false;  // the buffers' bytes are now read as another type: any value, NaN included
       if (r.chance(128)) {
         for (int u = 0; u < kNumTensors; ++u) tensor(c, u).dtype = dt;
         tr += " | all.dtype=" + std::to_string(raw);
