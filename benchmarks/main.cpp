@@ -59,18 +59,21 @@ class Bench {
     for (size_t i = first; i < last; ++i) {
       const auto t0 = Clock::now();
       Result r = run_case(cases[i], data, trusted);
-      if (!o_.quiet) {
+      if (!o_.quiet)
         std::fprintf(stderr, "[%zu/%zu] %-9s %s%s: %s (%.1f s)\n", i + 1, cases.size(), cases[i].impl.c_str(),
-                     p.describe().c_str(), tile_text(cases[i]).c_str(),
-                     r.status == "ok" ? (fixed3(r.ms_min) + " ms, check " + (r.check_passed ? "pass" : r.check_against == "skipped" ? "skipped" : "FAIL")).c_str()
-                                      : r.status.c_str(),
-                     seconds_since(t0));
-      }
+                     p.describe().c_str(), tile_text(cases[i]).c_str(), progress_text(r).c_str(), seconds_since(t0));
       out.push_back(std::move(r));
     }
   }
 
  private:
+  // Returns the progress line's outcome: "12.345 ms, check pass", or the status of a skipped case.
+  static std::string progress_text(const Result& r) {
+    if (r.status != "ok") return r.status;
+    const char* check = r.check_against == "skipped" ? "unchecked" : r.check_passed ? "check pass" : "check FAIL";
+    return fixed3(r.ms_min) + " ms, " + check;
+  }
+
   static std::string tile_text(const Case& c) {
     return c.block_q || c.block_k ? " tiles " + std::to_string(c.block_q) + "x" + std::to_string(c.block_k) : "";
   }
