@@ -3,6 +3,7 @@
 #include "props/registry.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <doctest/doctest.h>
@@ -39,6 +40,11 @@ int run(int argc, char** argv) {
     std::cerr << '\n';
     return EXIT_FAILURE;
   }
+  for (int i = 1; i < argc; ++i)
+    if (std::strstr(argv[i], "replay") && !std::getenv("FLASHATTN_REPLAY"))
+      std::cerr << "props: FLASHATTN_REPLAY is not set, so the replay test is skipped; set it to a case line "
+                   "printed by a failure: FLASHATTN_REPLAY='b=1 hk=1 ...' "
+                << argv[0] << " -tc=replay\n";
   doctest::Context context;
   context.applyCommandLine(argc, argv);
   return context.run();
