@@ -17,6 +17,7 @@
 #include "flashattn/error.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
+#include "host_params.hpp"
 #include "launch.hpp"
 #include "variants.inc"
 
@@ -147,47 +148,6 @@ void check_gpu(const ForwardArgs& a, int64_t nseq, std::initializer_list<NamedTe
   check_device_pointer(a.lse, "lse");
 }
 
-View view(const Tensor& t) { return View{t.data, t.stride_batch, t.stride_seq, t.stride_head}; }
-
-// Fills the forward parameter block from validated args (device pointers from `a`).
-void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
-  p.q = view(a.q);
-  p.k = view(a.k);
-  p.v = view(a.v);
-  p.out = view(a.out);
-  p.lse = a.lse;
-  p.q_seq = a.q.seq;
-  p.k_seq = a.k.seq;
-  p.heads_q = static_cast<int>(a.q.heads);
-  p.heads_k = static_cast<int>(a.k.heads);
-  p.num_sequences = static_cast<int>(nseq);
-  p.cu_seqlens_q = a.cu_seqlens_q;
-  p.cu_seqlens_k = a.cu_seqlens_k;
-  p.seqlens_k = a.seqlens_k;
-  p.causal = a.causal;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
-  p.scale = effective_scale(a);
-  p.softcap = a.softcap;
-  p.alibi_slopes = a.alibi_slopes;
-  p.alibi_batch_stride = a.alibi_batch_stride;
-}
-
-// The longest query and key-row counts over the sequences of a validated host copy.
-struct Extents {
-  int64_t nseq = 0, max_q = 0, max_k_rows = 0;
-};
-Extents extents(const ForwardArgs& host) {
-  Extents e;
-  e.nseq = num_sequences(host);
-  for (int64_t s = 0; s < e.nseq; ++s) {
-    const Sequence seq = sequence(host, s);
-    e.max_q = std::max(e.max_q, seq.mask.seqlen_q);
-    e.max_k_rows = std::max(e.max_k_rows, seq.k_rows);
-  }
-  return e;
-}
-
 // Scratch memory allocated and freed in stream order.
 class DeviceBuffer {
  public:
@@ -205,11 +165,6 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   cudaStream_t stream_;
 };
-
-size_t dot_count(const BackwardArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
-size_t dq_accum_count(const BackwardArgs& a) {
-  return static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim);
-}
 
 }  // namespace
 }  // namespace detail
@@ -263,11 +218,6 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
 
   BackwardParams p;
   fill(p, a, e.nseq);
-  p.dout = view(a.dout);
-  p.dq = view(a.dq);
-  p.dk = view(a.dk);
-  p.dv = view(a.dv);
-  p.dim = static_cast<int>(a.q.dim);
   DeviceBuffer dot(sizeof(float) * dot_count(a), stream);
   DeviceBuffer dq_accum(deterministic ? 0 : sizeof(float) * dq_accum_count(a), stream);
   p.dot = dot.get();

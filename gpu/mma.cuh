@@ -9,6 +9,10 @@
 // of one 16-column step (pack_a below): this is how P = softmax(S) feeds O += P·V from registers.
 #pragma once
 
+#ifdef FLASHATTN_GPU_EMULATE
+#include "emu/mma_emu.hpp"  // the same functions for the host emulator
+#else
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
@@ -101,3 +105,5 @@ __device__ inline void pack_a(uint32_t (&a)[4], const float (&lo)[4], const floa
 }
 
 }  // namespace flashattn::gpu::detail
+
+#endif  // FLASHATTN_GPU_EMULATE

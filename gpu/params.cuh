@@ -4,6 +4,10 @@
 
 #include <cstdint>
 
+#ifdef FLASHATTN_GPU_EMULATE
+#include "emu/emu.hpp"
+#endif
+
 #include "flashattn/mask.hpp"
 
 namespace flashattn::gpu::detail {

@@ -22,3 +22,13 @@ if(TARGET flashattn::gpu)
   add_test(NAME flashattn_gpu_args COMMAND flashattn_gpu_args)
   set_tests_properties(flashattn_gpu_args PROPERTIES LABELS "unit;gpu")
 endif()
+
+# The kernels' logic under the host emulator (gpu/emu/), checked against the oracle without a GPU.
+# FLASHATTN_PROPS_CASES bounds its run time (emulation is slow); ctest runs a small number.
+if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
+  add_executable(flashattn_props_gpu_emu ${PROJECT_SOURCE_DIR}/gpu/emu/props_emu.cpp)
+  target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
+  target_compile_options(flashattn_props_gpu_emu PRIVATE -Wall -Wextra)
+  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu)
+  set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25")
+endif()

@@ -1,0 +1,124 @@
+// The primitives of mma.cuh for the host emulator (emu.hpp), written from the PTX ISA's
+// definitions: ldmatrix (lane l receives row l/4, columns 2(l%4) and 2(l%4)+1 of each 8x8 matrix,
+// whose 8 row addresses come from lanes 8i..8i+7; .trans transposes each matrix), and
+// mma.sync.m16n8k16 with the A/B/C fragment layouts listed in mma.cuh.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "emu.hpp"
+#include "flashattn/convert.hpp"
+
+namespace flashattn::gpu::detail {
+
+template <class T>
+struct Elem;
+template <>
+struct Elem<__half> {
+  static uint32_t pack(float lo, float hi) {
+    return uint32_t{f16_bits_from_float(lo)} | (uint32_t{f16_bits_from_float(hi)} << 16);
+  }
+  static float unpack(uint16_t b) { return float_from_f16_bits(b); }
+  static float to_float(__half x) { return float_from_f16_bits(static_cast<__half_raw>(x).x); }
+  static __half from_float(float x) {
+    __half_raw r;
+    r.x = f16_bits_from_float(x);
+    return __half(r);
+  }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  static uint32_t pack(float lo, float hi) {
+    return uint32_t{bf16_bits_from_float(lo)} | (uint32_t{bf16_bits_from_float(hi)} << 16);
+  }
+  static float unpack(uint16_t b) { return float_from_bf16_bits(b); }
+  static float to_float(__nv_bfloat16 x) { return float_from_bf16_bits(static_cast<__nv_bfloat16_raw>(x).x); }
+  static __nv_bfloat16 from_float(float x) {
+    __nv_bfloat16_raw r;
+    r.x = bf16_bits_from_float(x);
+    return __nv_bfloat16(r);
+  }
+};
+
+inline void cp_async_16(void* dst, const void* src, bool valid) {
+  if (valid)
+    std::memcpy(dst, src, 16);
+  else
+    std::memset(dst, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+
+inline uint16_t u16_at(const void* row, int i) {
+  uint16_t v;
+  std::memcpy(&v, static_cast<const unsigned char*>(row) + 2 * i, 2);
+  return v;
+}
+
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  emu::WarpExchange& w = emu::warp_exchange();
+  const int l = emu::lane();
+  w.ptr[l] = row;
+  emu::sync_warp();
+  for (int i = 0; i < 4; ++i) {
+    const void* src = w.ptr[8 * i + l / 4];
+    r[i] = uint32_t{u16_at(src, 2 * (l % 4))} | (uint32_t{u16_at(src, 2 * (l % 4) + 1)} << 16);
+  }
+  emu::sync_warp();
+}
+
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  emu::WarpExchange& w = emu::warp_exchange();
+  const int l = emu::lane();
+  w.ptr[l] = row;
+  emu::sync_warp();
+  for (int i = 0; i < 4; ++i) {
+    const void* r0 = w.ptr[8 * i + 2 * (l % 4)];
+    const void* r1 = w.ptr[8 * i + 2 * (l % 4) + 1];
+    r[i] = uint32_t{u16_at(r0, l / 4)} | (uint32_t{u16_at(r1, l / 4)} << 16);
+  }
+  emu::sync_warp();
+}
+
+template <class T>
+inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::WarpExchange& w = emu::warp_exchange();
+  const int l = emu::lane();
+  for (int i = 0; i < 4; ++i) w.word[l][i] = a[i];
+  w.word[l][4] = b0;
+  w.word[l][5] = b1;
+  emu::sync_warp();
+  float A[16][16], B[16][8];
+  auto lo = [](uint32_t x) { return Elem<T>::unpack(static_cast<uint16_t>(x & 0xffffu)); };
+  auto hi = [](uint32_t x) { return Elem<T>::unpack(static_cast<uint16_t>(x >> 16)); };
+  for (int L = 0; L < 32; ++L) {
+    const int g = L / 4, t = L % 4;
+    const uint32_t* f = w.word[L];
+    A[g][2 * t] = lo(f[0]), A[g][2 * t + 1] = hi(f[0]);
+    A[g + 8][2 * t] = lo(f[1]), A[g + 8][2 * t + 1] = hi(f[1]);
+    A[g][2 * t + 8] = lo(f[2]), A[g][2 * t + 9] = hi(f[2]);
+    A[g + 8][2 * t + 8] = lo(f[3]), A[g + 8][2 * t + 9] = hi(f[3]);
+    B[2 * t][g] = lo(f[4]), B[2 * t + 1][g] = hi(f[4]);
+    B[2 * t + 8][g] = lo(f[5]), B[2 * t + 9][g] = hi(f[5]);
+  }
+  const int g = l / 4, t = l % 4;
+  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  for (int e = 0; e < 4; ++e) {
+    float s = c[e];
+    for (int k = 0; k < 16; ++k) s += A[rows[e]][k] * B[k][cols[e]];
+    c[e] = s;
+  }
+  emu::sync_warp();
+}
+
+template <class T>
+inline void pack_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = Elem<T>::pack(lo[0], lo[1]);
+  a[1] = Elem<T>::pack(lo[2], lo[3]);
+  a[2] = Elem<T>::pack(hi[0], hi[1]);
+  a[3] = Elem<T>::pack(hi[2], hi[3]);
+}
+
+}  // namespace flashattn::gpu::detail
