@@ -14,7 +14,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 // CUDA's execution-space keywords become plain host C++.
 #undef __global__
@@ -62,18 +65,24 @@ int lane();
 // Runs body as `threads` fibers sharing the current block index; returns when all have finished.
 void run_block(int threads, const std::function<void()>& body);
 
-// Runs kernel(args...) for every block of grid (x, y, z) with `threads` threads per block; shared
-// memory (`smem` bytes, at most kMaxSmem) is filled with 0xFF (NaN) before each block.
+// Runs kernel(args...) for every block of grid (x, y, z) with `threads` threads per block. Shared
+// memory is filled with 0xFF (NaN) before each block; bytes at or past `smem` (the dynamic size the
+// real launch requests, at most kMaxSmem) must still hold it afterwards, else std::logic_error.
 constexpr int kMaxSmem = 256 * 1024;
 unsigned char* shared_memory();
 template <class Kernel, class... Args>
-void launch(Kernel kernel, Dim3 grid, int threads, const Args&... args) {
+void launch(Kernel kernel, Dim3 grid, int threads, int smem, const Args&... args) {
+  if (smem > kMaxSmem) throw std::logic_error("emu: shared memory request above kMaxSmem");
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         block_idx = Dim3{x, y, z};
-        for (int i = 0; i < kMaxSmem; ++i) shared_memory()[i] = 0xFF;
+        std::memset(shared_memory(), 0xFF, kMaxSmem);
         run_block(threads, [&] { kernel(args...); });
+        for (int i = smem; i < kMaxSmem; ++i)
+          if (shared_memory()[i] != 0xFF)
+            throw std::logic_error("emu: a kernel wrote shared memory byte " + std::to_string(i) +
+                                   " past its dynamic size " + std::to_string(smem));
       }
 }
 

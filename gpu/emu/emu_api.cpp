@@ -26,19 +26,20 @@ emu::Dim3 grid(int64_t x, int64_t y, int64_t z) {
 template <int D, class T>
 void run_forward(const ForwardParams& p, const Extents& e) {
   emu::launch(forward_kernel<D, T>, grid(ceil_div(e.max_q, ForwardTraits<D>::kBr), p.heads_q, e.nseq),
-              kThreadsPerBlock, p);
+              kThreadsPerBlock, ForwardTraits<D>::kSmemBytes, p);
 }
 
 template <int D, class T>
 void run_backward(const BackwardParams& p, const Extents& e, bool deterministic) {
-  emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, p);
+  emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
   emu::launch(backward_kernel<D, T>, grid(ceil_div(e.max_k_rows, BackwardTraits<D>::kBc), p.heads_k, e.nseq),
-              kThreadsPerBlock, p, !deterministic);
+              kThreadsPerBlock, BackwardTraits<D>::kSmemBytes, p, !deterministic);
   if (deterministic)
-    emu::launch(dq_kernel<D, T>, grid(ceil_div(e.max_q, DqTraits<D>::kBr), p.heads_q, e.nseq), kThreadsPerBlock, p);
+    emu::launch(dq_kernel<D, T>, grid(ceil_div(e.max_q, DqTraits<D>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,
+                DqTraits<D>::kSmemBytes, p);
   else
     emu::launch(dq_convert_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock,
-                p);
+                0, p);
 }
 
 template <class F>
