@@ -138,8 +138,11 @@ def main():
     lib = load(args.lib)
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip().splitlines()[:1]
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip().splitlines()[:1]
+    except OSError:
+        driver = []
     header = f"{dev}, driver {driver[0] if driver else '?'}, torch {torch.__version__}, " \
              f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC"
     seqlens = [512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
