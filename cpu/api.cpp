@@ -45,7 +45,8 @@ size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
 size_t workspace_bytes(const BackwardArgs& a, const Config& c) {
   validate(a);
   const detail::Plan p = detail::make_plan(a, c);
-  return static_cast<size_t>(p.threads) * detail::backward_scratch_floats(p) * sizeof(float);
+  return (static_cast<size_t>(p.threads) * detail::backward_scratch_floats(p) + detail::backward_partial_floats(p)) *
+         sizeof(float);
 }
 
 }  // namespace flashattn::cpu

@@ -1,12 +1,14 @@
-// Backward pass with recomputation. Work item = (sequence, key/value head); one thread does the whole
+// Backward pass with recomputation. Work item = (sequence, query head); one thread does the whole
 // item, so every gradient element is reduced in an order fixed by the tile sizes alone: results are
 // bitwise identical for any thread count and across calls.
 //
-// Per item: D = rowsum(dO∘O) and the operands of every query block of the group's heads are prepared
-// once; then for each key block (dK, dV owned by it), for each query head of the group and each
-// query block (fixed order): recompute P from LSE, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D)
-// (∘ softcap derivative), dK += dSᵀ·Q, dQ += dS·K into an fp32 per-item dQ buffer. Five tile
-// products, S computed once; no buffer grows with seqlen_q·seqlen_k.
+// Per item: D = rowsum(dO∘O) and the operands of every query block are prepared once; then for each
+// key block (its dK, dV owned by the item), for each query block (fixed order): recompute P from
+// LSE, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D) (∘ softcap derivative), dK += dSᵀ·Q, dQ += dS·K into
+// an fp32 per-item dQ buffer. Five tile products, S computed once; no buffer grows with
+// seqlen_q·seqlen_k. Without GQA/MQA dK, dV are written directly; with it each query head writes
+// fp32 partials and a second pass sums each group's heads in head order (GQA/MQA still run one item
+// per query head in parallel).
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -35,9 +37,9 @@ using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 namespace {
 
 // Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats). The first
-// groups hold one slab per query block bi = (head in group)·nqb + block.
+// groups hold one slab per query block bi.
 struct BackwardScratch {
-  int64_t blocks;  // group · nqb slabs
+  int64_t blocks;  // nqb slabs
   float* qt;       // [blocks][d x qpad] Qᵀ
   float* dot;      // [blocks][d x qpad] dOᵀ
   float* dqt;      // [blocks][d x qpad] dQᵀ accumulator (fp32)
@@ -58,7 +60,7 @@ struct BackwardScratch {
   float* kv;       // [2 x block_k x d] fp32 copy of one key block of k, v (kv.h)
 
   BackwardScratch(float* s, const Plan& p) {
-    blocks = p.group * ceil_div(p.max_q, p.block_q);
+    blocks = ceil_div(p.max_q, p.block_q);
     const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad;
     qt = s;
     dot = qt + blocks * tq;
@@ -216,41 +218,44 @@ void AddRowSums(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const 
   AddExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
 }
 
-// Computes dk, dv of head kvh and dq of its query heads, for sequence s.
-void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int64_t s, int64_t kvh) {
+// Computes dq of query head h of sequence s and its contribution to dk, dv of kv head h / group:
+// written to dk, dv when the group has one head, else as fp32 rows of `partial`.
+void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int64_t s, int64_t h,
+                  float* partial) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const Sequence seq = sequence(a, s);
   const Mask& mask = seq.mask;
-  const int64_t nq = mask.seqlen_q, nk = mask.seqlen_k, g = p.group;
+  const int64_t nq = mask.seqlen_q, nk = mask.seqlen_k, kvh = h / p.group;
   const int64_t nqb = ceil_div(nq, p.block_q);
   const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
   const int64_t Wd = round_up(dim, L);
   const float scale = effective_scale(a);
 
-  for (int64_t hh = 0; hh < g; ++hh) {
-    for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, kvh * g + hh, qb, hh * nqb + qb);
-  }
+  for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, h, qb, qb);
 
   Rows k, v;  // keys [c0, c1) of the current block
   TileScores ts;
   ts.scale = scale;
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
+  ts.slope = alibi_slope(a, s, h);
   if (nk > 0 && NeedsSelfNorm(a)) {
     // rnorm = 1 / Σ_j exp(S − LSE), key blocks in the same order as below (sums start from 0).
     std::fill(w.rnorm, w.rnorm + w.blocks * ld, 0.0f);
     for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
       const int64_t nkb = std::min(p.block_k, nk - c0);
       block_kv(a, p, seq, kvh, c0, nkb, w.kv, k, v, WidenRow);
-      for (int64_t hh = 0; hh < g; ++hh) {
-        ts.slope = alibi_slope(a, s, kvh * g + hh);
-        for (int64_t qb = 0; qb < nqb; ++qb) AddRowSums(d, p, w, mask, k, ts, c0, nkb, qb, hh * nqb + qb);
-      }
+      for (int64_t qb = 0; qb < nqb; ++qb) AddRowSums(d, p, w, mask, k, ts, c0, nkb, qb, qb);
     }
     // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
     for (int64_t i = 0; i < w.blocks * ld; ++i) w.rnorm[i] = w.rnorm[i] > 0 ? 1.0f / w.rnorm[i] : 0.0f;
   }
+  const bool transform = ts.softcap > 0 || ts.slope != 0;
+  const float fused_scale = transform ? 1.0f : scale;  // as in the forward
+  const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  float* partial_k = partial ? partial + ((s * p.heads_q + h) * p.max_k) * dim : nullptr;
+  float* partial_v = partial ? partial_k + p.sequences * p.heads_q * p.max_k * dim : nullptr;
   for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
     const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
     std::fill(w.dkt, w.dkt + nkb * dp, 0.0f);
@@ -258,78 +263,101 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int6
     block_kv(a, p, seq, kvh, c0, nkb, w.kv, k, v, WidenRow);
     const float* kb = k.data;
     const float* vb = v.data;
-    for (int64_t hh = 0; hh < g; ++hh) {
-      const int64_t h = kvh * g + hh;
-      ts.slope = alibi_slope(a, s, h);
-      const bool transform = ts.softcap > 0 || ts.slope != 0;
-      const float fused_scale = transform ? 1.0f : scale;  // as in the forward
-      const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity()
-                                           : -std::numeric_limits<float>::infinity();
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
-        const TileKind kind = mask.classify(r0, r1, c0, c1);
-        if (kind == TileKind::empty) continue;
-        const int64_t W = round_up(rows, L), bi = hh * nqb + qb;
-        const float* qt = w.qt + bi * dim * ld;
-        const float* dot = w.dot + bi * dim * ld;
-        float* dqt = w.dqt + bi * dim * ld;
-        const float* qr = w.qr + bi * ld * dp;
-        const float* dor = w.dor + bi * ld * dp;
-        // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below)
-        Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
-        ts.c0 = c0;
-        ts.r0 = r0;
-        if (transform) TransformScores(d, w.st, ld, nkb, W, ts, ts.softcap > 0 ? w.tt : nullptr);
-        if (kind == TileKind::partial)
-          MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-        // P = exp(S − LSE)
-        ExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
-        // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
-        Gemm(d, nkb, W, vb, v.ld, 1, dot, ld, dim, w.dpt, ld, false);
-        // dS = scale · P∘(dP − D) [∘(1 − t²)]
-        GradScores(d, w.st, w.dpt, ts.softcap > 0 ? w.tt : nullptr, ld, nkb, W, w.dd + bi * ld, scale);
-        // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
-        Gemm(d, nkb, Wd, w.st, ld, 1, dor, dp, rows, w.dvt, dp, true);
-        // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
-        Gemm(d, nkb, Wd, w.dpt, ld, 1, qr, dp, rows, w.dkt, dp, true);
-        // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
-        Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, dqt, ld, true);
-      }
+    for (int64_t qb = 0; qb < nqb; ++qb) {
+      const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
+      const TileKind kind = mask.classify(r0, r1, c0, c1);
+      if (kind == TileKind::empty) continue;
+      const int64_t W = round_up(rows, L), bi = qb;
+      const float* qt = w.qt + bi * dim * ld;
+      const float* dot = w.dot + bi * dim * ld;
+      float* dqt = w.dqt + bi * dim * ld;
+      const float* qr = w.qr + bi * ld * dp;
+      const float* dor = w.dor + bi * ld * dp;
+      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below)
+      Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
+      ts.c0 = c0;
+      ts.r0 = r0;
+      if (transform) TransformScores(d, w.st, ld, nkb, W, ts, ts.softcap > 0 ? w.tt : nullptr);
+      if (kind == TileKind::partial)
+        MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
+      // P = exp(S − LSE)
+      ExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+      // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
+      Gemm(d, nkb, W, vb, v.ld, 1, dot, ld, dim, w.dpt, ld, false);
+      // dS = scale · P∘(dP − D) [∘(1 − t²)]
+      GradScores(d, w.st, w.dpt, ts.softcap > 0 ? w.tt : nullptr, ld, nkb, W, w.dd + bi * ld, scale);
+      // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
+      Gemm(d, nkb, Wd, w.st, ld, 1, dor, dp, rows, w.dvt, dp, true);
+      // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
+      Gemm(d, nkb, Wd, w.dpt, ld, 1, qr, dp, rows, w.dkt, dp, true);
+      // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
+      Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, dqt, ld, true);
     }
     for (int64_t j = 0; j < nkb; ++j) {
+      if (partial) {
+        std::copy(w.dkt + j * dp, w.dkt + j * dp + dim, partial_k + (c0 + j) * dim);
+        std::copy(w.dvt + j * dp, w.dvt + j * dp + dim, partial_v + (c0 + j) * dim);
+        continue;
+      }
       const int64_t r = seq.k_start + c0 + j;
       store_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim, w.dkt + j * dp);
       store_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim, w.dvt + j * dp);
     }
   }
-  // Keys past seqlens_k are never visible: zero gradient.
-  for (int64_t j = nk; j < seq.k_rows; ++j) {
+  // Keys past seqlens_k are never visible: zero gradient (the group sum writes them otherwise).
+  for (int64_t j = nk; j < seq.k_rows && !partial; ++j) {
     const int64_t r = seq.k_start + j;
     store_zero_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim);
     store_zero_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim);
   }
-  for (int64_t hh = 0; hh < g; ++hh) {
-    for (int64_t qb = 0; qb < nqb; ++qb) {
-      const int64_t r0 = qb * p.block_q, rows = std::min(p.block_q, nq - r0), bi = hh * nqb + qb;
-      const float* dqt = w.dqt + bi * dim * ld;
-      for (int64_t i = 0; i < rows; ++i) {
-        for (int64_t x = 0; x < dim; ++x) w.row[x] = dqt[x * ld + i];
-        store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, kvh * g + hh), dim,
-                  w.row);
+  for (int64_t qb = 0; qb < nqb; ++qb) {
+    const int64_t r0 = qb * p.block_q, rows = std::min(p.block_q, nq - r0);
+    const float* dqt = w.dqt + qb * dim * ld;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t x = 0; x < dim; ++x) w.row[x] = dqt[x * ld + i];
+      store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
+    }
+  }
+}
+
+// Writes dk, dv of kv head kvh of sequence s as the sum of its query heads' partials, in head order.
+void SumGroup(const BackwardArgs& a, const Plan& p, const float* partial, float* row, int64_t s, int64_t kvh) {
+  const Sequence seq = sequence(a, s);
+  const int64_t dim = p.dim, g = p.group;
+  const int64_t tensor = p.sequences * p.heads_q * p.max_k * dim;  // floats of the dK partials
+  for (int part = 0; part < 2; ++part) {
+    const Tensor& out = part == 0 ? a.dk : a.dv;
+    const float* base = partial + part * tensor;
+    for (int64_t j = 0; j < seq.k_rows; ++j) {
+      const int64_t r = seq.k_start + j;
+      if (j >= seq.mask.seqlen_k) {  // never visible: zero gradient
+        store_zero_row(out.data, out.dtype, out.offset(seq.batch, r, kvh), dim);
+        continue;
       }
+      const float* first = base + ((s * p.heads_q + kvh * g) * p.max_k + j) * dim;
+      std::copy(first, first + dim, row);
+      for (int64_t hh = 1; hh < g; ++hh) {
+        const float* next = first + hh * p.max_k * dim;
+        for (int64_t x = 0; x < dim; ++x) row[x] += next[x];
+      }
+      store_row(out.data, out.dtype, out.offset(seq.batch, r, kvh), dim, row);
     }
   }
 }
 
 }  // namespace
 
-// Runs the whole backward call on this target: work items (sequence, key/value head) are claimed
-// dynamically and each writes only its own dq, dk, dv rows.
+// Runs the whole backward call on this target: work items (sequence, query head) are claimed
+// dynamically and each writes only its own dq rows and dk, dv rows (or partials); with GQA/MQA a
+// second loop sums the partials of each (sequence, kv head).
 void BackwardTarget(const BackwardArgs& a, const Plan& p) {
-  const int64_t heads = a.k.heads;
-  const int64_t items = num_sequences(a) * heads;
+  const int64_t heads = a.q.heads;
+  const int64_t items = p.sequences * heads;
   if (items == 0) return;
   const size_t floats = backward_scratch_floats(p);
+  const size_t partial_floats = backward_partial_floats(p);
+  float* partial = partial_floats ? call_scratch(partial_floats) : nullptr;
+  const int64_t groups = p.sequences * a.k.heads;
   std::exception_ptr error;
   std::mutex error_mutex;
 #pragma omp parallel num_threads(p.threads)
@@ -345,7 +373,15 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
       BackwardScratch w(scratch, p);
-      BackwardItem(a, p, w, it / heads, it % heads);
+      BackwardItem(a, p, w, it / heads, it % heads, partial);
+    }
+    if (partial) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t it = 0; it < groups; ++it) {
+        if (!scratch) continue;
+        BackwardScratch w(scratch, p);
+        SumGroup(a, p, partial, w.row, it / a.k.heads, it % a.k.heads);
+      }
     }
   }
   if (error) std::rethrow_exception(error);

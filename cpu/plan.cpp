@@ -40,6 +40,8 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
   p.max_k = max_rows(a.cu_seqlens_k, nseq, a.k.seq);
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
+  p.sequences = nseq;
+  p.heads_q = a.q.heads;
   p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim;
   p.call_id = g_next_call_id.fetch_add(1);
   return p;
@@ -54,16 +56,21 @@ size_t forward_scratch_floats(const Plan& p) {
   return n;
 }
 
-// Backward, per thread, for one (sequence, key/value head) with group·nqb query blocks: Qᵀ (scaled),
+// Backward, per thread, for one (sequence, query head) with nqb query blocks: Qᵀ,
 // dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, 1/norm, key range (2) [qpad]; tiles S/P, dP/dS
 // and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with copied k, v
 // (kv.h) their fp32 copy of one key block [block_k x d] each.
 size_t backward_scratch_floats(const Plan& p) {
-  const size_t blocks = p.group * ceil_div(p.max_q, p.block_q);
+  const size_t blocks = ceil_div(p.max_q, p.block_q);
   size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad);
   n += 3 * p.block_k * p.qpad + 2 * p.block_k * p.dpad + 2 * p.dpad;
   if (p.copy_kv) n += 2 * p.block_k * p.dim;
   return n;
+}
+
+// dK and dV partials in fp32, [sequence][query head][max_k][d] each.
+size_t backward_partial_floats(const Plan& p) {
+  return p.group > 1 ? 2 * static_cast<size_t>(p.sequences * p.heads_q * p.max_k * p.dim) : 0;
 }
 
 }  // namespace flashattn::cpu::detail

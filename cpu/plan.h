@@ -42,6 +42,8 @@ struct Plan {
   int64_t max_q = 0;     // most query rows of one sequence
   int64_t max_k = 0;     // most key rows of one sequence
   int64_t group = 1;     // query heads per key/value head
+  int64_t sequences = 0; // num_sequences of the call
+  int64_t heads_q = 0;   // query heads
   bool copy_kv = false;     // k, v are 16-bit or not contiguous per head: copied to fp32 rows (kv.h)
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };
@@ -53,10 +55,17 @@ Plan make_plan(const ForwardArgs& a, const Config& c);
 // these are its sizes, used both to allocate and to report).
 size_t forward_scratch_floats(const Plan& p);
 size_t backward_scratch_floats(const Plan& p);
+// Floats of the call-wide fp32 buffer of per-query-head dK, dV partials the backward sums over
+// each group in fixed order (0 without GQA/MQA).
+size_t backward_partial_floats(const Plan& p);
 
 // Returns per-thread scratch of at least `floats` floats, aligned to 64 bytes. The buffer belongs to
 // the calling thread and is reused by later calls on that thread (first-touch page faults are costly).
 float* thread_scratch(size_t floats);
+
+// Returns a buffer of at least `floats` floats for one call's shared data, owned by the calling
+// thread (separate from thread_scratch, which the calling thread also uses as an OpenMP worker).
+float* call_scratch(size_t floats);
 
 // Runs the forward / backward of a validated call on Highway target `target` (one bit).
 void forward_on_target(int64_t target, const ForwardArgs& a, const Plan& p);

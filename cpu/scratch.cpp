@@ -20,23 +20,29 @@ struct Arena {
   ~Arena() { std::free(data); }
 };
 
-thread_local Arena t_arena;
+thread_local Arena t_arena;  // per-thread tiles (thread_scratch)
+thread_local Arena t_call;   // per-call shared buffers of calls made from this thread
 
-}  // namespace
-
-float* thread_scratch(size_t floats) {
-  if (floats > t_arena.floats) {
-    std::free(t_arena.data);
-    t_arena.data = nullptr;
-    t_arena.floats = 0;
+// Returns arena's buffer grown to at least `floats` floats (contents not kept).
+float* grow(Arena& arena, size_t floats) {
+  if (floats > arena.floats) {
+    std::free(arena.data);
+    arena.data = nullptr;
+    arena.floats = 0;
     const size_t bytes = (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
     void* p = std::aligned_alloc(kAlign, bytes);
     if (!p) throw std::bad_alloc();
     if (bytes >= kHugePageHint) madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
-    t_arena.data = static_cast<float*>(p);
-    t_arena.floats = floats;
+    arena.data = static_cast<float*>(p);
+    arena.floats = floats;
   }
-  return t_arena.data;
+  return arena.data;
 }
+
+}  // namespace
+
+float* thread_scratch(size_t floats) { return grow(t_arena, floats); }
+
+float* call_scratch(size_t floats) { return grow(t_call, floats); }
 
 }  // namespace flashattn::cpu::detail
