@@ -41,10 +41,11 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
   const Acc slope = static_cast<Acc>(h.slope);
   for (int64_t i = 0; i < nq; ++i) {
     for (int64_t j = 0; j < nk; ++j) {
-      // 1. S = scale · q·k
+      // 1. S = (scale · q)·k — as a naive implementation scales q first (FlashAttention's own
+      // reference does), so the rounded dot product stays in range where S does.
       Acc dot = 0;
-      for (int64_t x = 0; x < d; ++x) dot += q[i * d + x] * k[j * d + x];
-      Acc s = rnd(scale * rnd(dot));
+      for (int64_t x = 0; x < d; ++x) dot += rnd(scale * q[i * d + x]) * k[j * d + x];
+      Acc s = rnd(dot);
       // 2. soft-capping: S = c · tanh(S / c)
       if (cap > 0) s = rnd(cap * rnd(std::tanh(rnd(s / cap))));
       t.capped[i * nk + j] = s;
