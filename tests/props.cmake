@@ -12,7 +12,13 @@ function(flashattn_props_runner target)
   add_executable(${target} ${ARG_SOURCES})
   target_link_libraries(${target} PRIVATE flashattn_props ${ARG_LIBRARIES})
   target_compile_options(${target} PRIVATE -Wall -Wextra)
-  doctest_discover_tests(${target} TEST_PREFIX "${target}: " PROPERTIES LABELS "props;${ARG_LABELS}")
+  doctest_discover_tests(${target} TEST_PREFIX "${target}: " TEST_LIST ${target}_TESTS)
+  # doctest 2.4.9's generated script always ends with its own (empty) LABELS, so labels set through
+  # PROPERTIES are lost: set them from a ctest include file that runs after doctest's.
+  set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_labels.cmake)
+  file(WRITE ${labels_file}
+       "if(${target}_TESTS)\n  set_tests_properties(\${${target}_TESTS} PROPERTIES LABELS \"props;${ARG_LABELS}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()
 
 # The oracle in both precisions, plus the properties of the oracle itself.
