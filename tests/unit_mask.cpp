@@ -2,6 +2,7 @@
 // docs/semantics.md for all small cases, and the tile classifier and key-range helpers checked
 // exhaustively against per-element visibility.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -170,4 +171,19 @@ TEST_CASE("mask: rows_key and full_key ranges bound the visible and the fully vi
         if (lo < hi) REQUIRE_MESSAGE((rb == lo && re == hi), describe(m) << " rows [" << r0 << "," << r1 << ")");
       }
   });
+}
+
+TEST_CASE("mask: windows wider than the sequences equal unbounded ones, without overflow") {
+  // The fuzzer found window_left = INT64_MAX overflowing i + diag - left (UBSan); make() bounds it.
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  for (bool causal : {false, true}) {
+    const Mask wide = Mask::make(5, 9, causal, huge, huge);
+    const Mask open = Mask::make(5, 9, causal, -1, -1);
+    for (int64_t i = 0; i < 5; ++i) {
+      CHECK(wide.key_begin(i) == open.key_begin(i));
+      CHECK(wide.key_end(i) == open.key_end(i));
+      for (int64_t c0 = 0; c0 < 9; ++c0)
+        for (int64_t c1 = c0 + 1; c1 <= 12; ++c1) CHECK(wide.classify(0, i + 1, c0, c1) == open.classify(0, i + 1, c0, c1));
+    }
+  }
 }

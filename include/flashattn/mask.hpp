@@ -32,10 +32,16 @@ struct Mask {
   int64_t right = -1;    // keys visible right of the diagonal; -1 unbounded
 
   // Returns the mask of one sequence from the user's options (window values < -1 are rejected by
-  // validation before this is called).
+  // validation before this is called; sizes are below 2^31). Build masks through make(): it bounds
+  // the window so the index arithmetic below cannot overflow.
   FLASHATTN_HD static constexpr Mask make(int64_t seqlen_q, int64_t seqlen_k, bool causal,
                                           int64_t window_left, int64_t window_right) {
-    return Mask{seqlen_q, seqlen_k, window_left, causal ? 0 : window_right};
+    // |j - (i + diag)| never exceeds seqlen_q + seqlen_k, so a wider window is the same mask;
+    // clamping keeps every index computation below far from int64 overflow.
+    const int64_t widest = seqlen_q + seqlen_k;
+    const int64_t left = window_left > widest ? widest : window_left;
+    const int64_t right = causal ? 0 : (window_right > widest ? widest : window_right);
+    return Mask{seqlen_q, seqlen_k, left, right};
   }
 
   // Returns the key aligned with query row 0.
