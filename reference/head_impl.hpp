@@ -55,8 +55,14 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
       t.s[i * nk + j] = h.mask.visible(i, j) ? s : kNegInf;
     }
     // 5. P = softmax(S) per row; a row with no visible key keeps P = 0 and LSE = −∞.
+    // The row max propagates NaN (std::fmax would drop it): a NaN score makes the whole row NaN
+    // rather than a plausible finite or empty-row result.
     Acc m = kNegInf;
-    for (int64_t j = 0; j < nk; ++j) m = std::fmax(m, t.s[i * nk + j]);
+    for (int64_t j = 0; j < nk; ++j) {
+      const Acc sj = t.s[i * nk + j];
+      if (sj > m || std::isnan(sj)) m = sj;
+      if (std::isnan(m)) break;
+    }
     if (m == kNegInf) {
       lse[i] = kNegInf;
       continue;
