@@ -40,6 +40,7 @@ namespace {
 // groups hold one slab per query block bi.
 struct BackwardScratch {
   int64_t blocks;  // nqb slabs
+  double* sd;      // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
   float* qt;       // [blocks][d x qpad] Qᵀ
   float* dot;      // [blocks][d x qpad] dOᵀ
   float* dqt;      // [blocks][d x qpad] dQᵀ accumulator (fp32)
@@ -62,6 +63,11 @@ struct BackwardScratch {
   BackwardScratch(float* s, const Plan& p) {
     blocks = ceil_div(p.max_q, p.block_q);
     const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad;
+    sd = nullptr;
+    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
+      sd = reinterpret_cast<double*>(s);
+      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
+    }
     qt = s;
     dot = qt + blocks * tq;
     dqt = dot + blocks * tq;
@@ -97,6 +103,41 @@ HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk,
       float* s = st + j * ld + w;
       hn::Store(hn::Mul(hn::Exp(d, hn::MulSub(hn::Load(d, s), sc, m)), r), d, s);
     }
+  }
+}
+
+// ExpMinusLse from the fp64 score tile sd (scores final but for the scale): the argument
+// scale·S − LSE is exact before its one rounding to fp32; P is written to the fp32 tile st.
+template <class DD>
+HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT st, int64_t ld,
+                                 int64_t nk, int64_t W, double scale, const float* HWY_RESTRICT lse,
+                                 const float* HWY_RESTRICT rnorm) {
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto sc = hn::Set(dd, scale);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
+    const auto r = hn::Load(df, rnorm + w);
+    for (int64_t j = 0; j < nk; ++j) {
+      const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m));
+      hn::Store(hn::Mul(hn::Exp(df, x), r), df, st + j * ld + w);
+    }
+  }
+}
+
+// AddExpMinusLse from the fp64 score tile sd, each term exactly as ExpMinusLseExact computes it.
+template <class DD>
+HWY_INLINE void AddExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, int64_t ld, int64_t nk, int64_t W,
+                                    double scale, const float* HWY_RESTRICT lse, float* HWY_RESTRICT sum) {
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto sc = hn::Set(dd, scale);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
+    auto acc = hn::Load(df, sum + w);
+    for (int64_t j = 0; j < nk; ++j)
+      acc = hn::Add(acc, hn::Exp(df, hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m))));
+    hn::Store(acc, df, sum + w);
   }
 }
 
@@ -210,9 +251,18 @@ void AddRowSums(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const 
   const bool transform = ts.softcap > 0 || ts.slope != 0;
   const float fused_scale = transform ? 1.0f : ts.scale;
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
-  Gemm(d, nkb, W, k.data, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.st, ld, false);
   ts.c0 = c0;
   ts.r0 = r0;
+  if (p.exact_scores) {
+    const hn::ScalableTag<double> dd;
+    Gemm(dd, nkb, W, k.data, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.sd, ld, false);
+    if (transform) TransformScoresExact(dd, w.sd, ld, nkb, W, ts, nullptr);
+    if (kind == TileKind::partial)
+      MaskScoresExact(dd, w.sd, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
+    AddExpMinusLseExact(dd, w.sd, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+    return;
+  }
+  Gemm(d, nkb, W, k.data, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.st, ld, false);
   if (transform) TransformScores(d, w.st, ld, nkb, W, ts, nullptr);
   if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
   AddExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
@@ -223,6 +273,7 @@ void AddRowSums(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const 
 void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int64_t s, int64_t h,
                   float* partial) {
   const hn::ScalableTag<float> d;
+  const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const Sequence seq = sequence(a, s);
   const Mask& mask = seq.mask;
@@ -273,15 +324,24 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int6
       float* dqt = w.dqt + bi * dim * ld;
       const float* qr = w.qr + bi * ld * dp;
       const float* dor = w.dor + bi * ld * dp;
-      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below)
-      Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
+      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), P = exp(S − LSE)·r
+      // (in fp64 up to the exponent for fp32 inputs, as in the forward)
       ts.c0 = c0;
       ts.r0 = r0;
-      if (transform) TransformScores(d, w.st, ld, nkb, W, ts, ts.softcap > 0 ? w.tt : nullptr);
-      if (kind == TileKind::partial)
-        MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-      // P = exp(S − LSE)
-      ExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+      float* tt = ts.softcap > 0 ? w.tt : nullptr;
+      if (p.exact_scores) {
+        Gemm(dd, nkb, W, kb, k.ld, 1, qt, ld, dim, w.sd, ld, false);
+        if (transform) TransformScoresExact(dd, w.sd, ld, nkb, W, ts, tt);
+        if (kind == TileKind::partial)
+          MaskScoresExact(dd, w.sd, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
+        ExpMinusLseExact(dd, w.sd, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+      } else {
+        Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
+        if (transform) TransformScores(d, w.st, ld, nkb, W, ts, tt);
+        if (kind == TileKind::partial)
+          MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
+        ExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+      }
       // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
       Gemm(d, nkb, W, vb, v.ld, 1, dot, ld, dim, w.dpt, ld, false);
       // dS = scale · P∘(dP − D) [∘(1 − t²)]

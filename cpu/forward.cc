@@ -34,6 +34,7 @@ namespace {
 
 // Views one forward work item's scratch (sizes in plan.cpp: forward_scratch_floats).
 struct ForwardScratch {
+  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
   float* qt;      // [d x qpad] Qᵀ
   float* ot;      // [d x qpad] Oᵀ accumulator
   float* st;      // [block_k x qpad] Sᵀ, then Pᵀ
@@ -46,6 +47,11 @@ struct ForwardScratch {
   float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
 
   ForwardScratch(float* s, const Plan& p) {
+    sd = nullptr;
+    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
+      sd = reinterpret_cast<double*>(s);
+      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
+    }
     qt = s;
     ot = qt + p.dim * p.qpad;
     st = ot + p.dim * p.qpad;
@@ -63,6 +69,7 @@ struct ForwardScratch {
 void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy& held, int64_t s,
                  int64_t h, int64_t qb) {
   const hn::ScalableTag<float> d;
+  const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const Sequence seq = sequence(a, s);
   const Mask& mask = seq.mask;
@@ -110,13 +117,21 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
-      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below)
-      Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false);
+      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), then
+      // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs
       ts.c0 = c0;
-      if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
-      if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
-      // P = exp(S − m'), l' = l·α + rowsum(P), O ·= α
-      OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
+      if (p.exact_scores) {
+        Gemm(dd, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
+        if (transform) TransformScoresExact(dd, w.sd, ld, nk, W, ts, nullptr);
+        if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+        OnlineSoftmaxExact(dd, w.sd, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
+      } else {
+        Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false);
+        if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
+        if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+        OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
+      }
+      // O ·= α
       RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
       // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
       Gemm(d, dim, W, v.data + c0 * v.ld, 1, v.ld, w.st, ld, nk, w.ot, ld, true);

@@ -1,5 +1,8 @@
 // Register-blocked fp32 micro-kernels for the tile products of forward and backward:
 //   C[a][w] (+)= Σ_b A(a, b) · B[b][w],   A(a, b) = A[a·sa + b·sb] (broadcast), B and C row-major.
+// A and B are fp32; C and the accumulation have the lane type T of the tag: fp32, or fp64 for the
+// exact scores of fp32 inputs (each product of two floats is then exact and only the sum rounds; B
+// vectors are widened on load, once per register block row, so no fp64 copy of B is needed).
 // Every product of the algorithm has this shape, with w running along query rows (S = Q·Kᵀ,
 // O += P·V, dP = dO·Vᵀ, dQ += dS·K in the transposed layout) or along the head dim (dV += Pᵀ·dO,
 // dK += dSᵀ·Q). A is read as scalars (strided, so K and V rows are used in place), B and C as full
@@ -14,12 +17,23 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// Loads Lanes(d) floats at p (aligned to their size) as a vector of the tag's lane type.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadWidened(D d, const float* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<hn::TFromD<D>, float>) {
+    return hn::Load(d, p);
+  } else {
+    return hn::PromoteTo(d, hn::Load(hn::Rebind<float, D>(), p));
+  }
+}
 
 // Register block: kRowsA rows of A times kVecsB vectors of B, kRowsA·kVecsB accumulators. AVX-512
 // has 32 registers: 6 x 4 = 24 accumulators + 4 B vectors + 1 broadcast; two FMA pipes of latency 4
@@ -36,9 +50,9 @@ constexpr int kVecsB = 2;
 #endif
 
 // One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors].
-template <int MA, int NV, class D>
+template <int MA, int NV, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t sb,
-                          const float* HWY_RESTRICT B, int64_t ldb, int64_t nb, float* HWY_RESTRICT C,
+                          const float* HWY_RESTRICT B, int64_t ldb, int64_t nb, T* HWY_RESTRICT C,
                           int64_t ldc, bool accumulate) {
   using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -50,10 +64,10 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   }
   for (int64_t b = 0; b < nb; ++b) {
     V bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = hn::Load(d, B + b * ldb + v * L);
+    for (int v = 0; v < NV; ++v) bv[v] = LoadWidened(d, B + b * ldb + v * L);
     const float* HWY_RESTRICT ab = A + b * sb;
     for (int r = 0; r < MA; ++r) {
-      const V av = hn::Set(d, ab[r * sa]);
+      const V av = hn::Set(d, static_cast<T>(ab[r * sa]));
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
     }
   }
@@ -63,15 +77,15 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
 }
 
 // Runs the rows [0, na) of one column panel of NV vectors, kRowsA rows at a time.
-template <int NV, class D>
+template <int NV, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t sb, const float* B,
-                          int64_t ldb, int64_t nb, float* C, int64_t ldc, bool accumulate) {
+                          int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate) {
   int64_t a = 0;
   for (; a + kRowsA <= na; a += kRowsA) {
     GemmBlock<kRowsA, NV>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate);
   }
   const float* At = A + a * sa;
-  float* Ct = C + a * ldc;
+  T* Ct = C + a * ldc;
   switch (na - a) {
     case 1: GemmBlock<1, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
     case 2: GemmBlock<2, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
@@ -83,11 +97,11 @@ HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t s
   static_assert(kRowsA <= 6, "the tail switch covers at most 5 leftover rows");
 }
 
-// C[na x W] (+)= A(na x nb) · B[nb x W]; W a multiple of Lanes(d); ldb, ldc in floats.
+// C[na x W] (+)= A(na x nb) · B[nb x W]; W a multiple of Lanes(d); ldb in floats, ldc in T.
 // With accumulate == false C is overwritten (nb may be 0: C becomes 0).
-template <class D>
+template <class D, typename T = hn::TFromD<D>>
 HWY_NOINLINE void Gemm(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
-                       const float* B, int64_t ldb, int64_t nb, float* C, int64_t ldc, bool accumulate) {
+                       const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t nvec = W / L;
   int64_t v = 0;

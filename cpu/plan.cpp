@@ -43,15 +43,19 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   p.sequences = nseq;
   p.heads_q = a.q.heads;
   p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim;
+  // 16-bit results round far above the fp32 rounding of S; fp32 ones do not (score-inl.h).
+  p.exact_scores = a.q.dtype == DType::f32;
   p.call_id = g_next_call_id.fetch_add(1);
   return p;
 }
 
 // Forward, per thread: Qᵀ and Oᵀ [d x qpad], S/P [block_k x qpad], row state (max, sum, alpha,
 // key range as int32) 5 x qpad, one row buffer [dpad]; with copied k, v (kv.h) also their fp32
-// copy of one head [max_k x d] each.
+// copy of one head [max_k x d] each; with exact scores the fp64 S tile [block_k x qpad] (2 floats
+// per double).
 size_t forward_scratch_floats(const Plan& p) {
   size_t n = 2 * p.dim * p.qpad + p.block_k * p.qpad + 5 * p.qpad + p.dpad;
+  if (p.exact_scores) n += 2 * p.block_k * p.qpad;
   if (p.copy_kv) n += 2 * p.max_k * p.dim;
   return n;
 }
@@ -59,10 +63,12 @@ size_t forward_scratch_floats(const Plan& p) {
 // Backward, per thread, for one (sequence, query head) with nqb query blocks: Qᵀ,
 // dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, 1/norm, key range (2) [qpad]; tiles S/P, dP/dS
 // and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with copied k, v
-// (kv.h) their fp32 copy of one key block [block_k x d] each.
+// (kv.h) their fp32 copy of one key block [block_k x d] each; with exact scores the fp64 S tile
+// [block_k x qpad] (2 floats per double).
 size_t backward_scratch_floats(const Plan& p) {
   const size_t blocks = ceil_div(p.max_q, p.block_q);
   size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad);
+  if (p.exact_scores) n += 2 * p.block_k * p.qpad;
   n += 3 * p.block_k * p.qpad + 2 * p.block_k * p.dpad + 2 * p.dpad;
   if (p.copy_kv) n += 2 * p.block_k * p.dim;
   return n;

@@ -45,6 +45,7 @@ struct Plan {
   int64_t sequences = 0; // num_sequences of the call
   int64_t heads_q = 0;   // query heads
   bool copy_kv = false;     // k, v are 16-bit or not contiguous per head: copied to fp32 rows (kv.h)
+  bool exact_scores = false;  // fp32 inputs: S = Q·Kᵀ accumulated in fp64 (score-inl.h, "Exact scores")
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };
 

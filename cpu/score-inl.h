@@ -140,6 +140,97 @@ HWY_INLINE void RescaleColumns(D d, float* HWY_RESTRICT acc, int64_t ld, int64_t
   }
 }
 
+// ---- Exact scores (fp32 inputs) -------------------------------------------------------------
+// For fp32 inputs the raw q·k tile is accumulated in fp64 (Gemm with a double tag: every product of
+// two floats is exact and each addition rounds at 2^-53), so the scores carry no fp32 rounding. This
+// matters because any fp32 dot product errs by ~2^-24·Σ|q_x k_x| in S, i.e. in the exponent: with
+// large scores that error dominates the whole result and is as large as the naive algorithm's own,
+// so a "same-precision" S can never be reliably at least as accurate as the naive one. The passes
+// below work on that fp64 tile (row stride ld doubles, lanes as in the fp32 tile) and round once
+// where they leave it: the exponent argument of P, or tanh for the backward.
+
+// Scores from the fp64 raw tile, in fp64: soft-capping then ALiBi of S = scale·s, like
+// TransformScores (which see); tanh_out (fp32) receives t = tanh(S/softcap) when set.
+template <class DD>
+HWY_INLINE void TransformScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t ld, int64_t nk, int64_t W,
+                                     const TileScores& ts, float* HWY_RESTRICT tanh_out) {
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto scale = hn::Set(dd, static_cast<double>(ts.scale));
+  const auto cap = hn::Set(dd, static_cast<double>(ts.softcap));
+  const auto inv_cap = hn::Set(dd, ts.softcap > 0 ? 1.0 / static_cast<double>(ts.softcap) : 0.0);
+  const auto slope = hn::Set(dd, static_cast<double>(ts.slope));
+  for (int64_t j = 0; j < nk; ++j) {
+    for (int64_t w = 0; w < W; w += L) {
+      double* s = sd + j * ld + w;
+      auto sv = hn::Mul(hn::Load(dd, s), scale);
+      if (ts.softcap > 0) {
+        const auto t = hn::Tanh(dd, hn::Mul(sv, inv_cap));
+        if (tanh_out) hn::Store(hn::DemoteTo(df, t), df, tanh_out + j * ld + w);
+        sv = hn::Mul(cap, t);
+      }
+      if (ts.slope != 0) {
+        // |i + diag − j| for the query row i of each lane (exact in fp64)
+        const auto row = hn::Iota(dd, static_cast<double>(ts.r0 + w));
+        const auto dist = hn::Abs(hn::Add(row, hn::Set(dd, static_cast<double>(ts.diag - (ts.c0 + j)))));
+        sv = hn::NegMulAdd(slope, dist, sv);
+      }
+      hn::Store(sv, dd, s);
+    }
+  }
+}
+
+// MaskScores on the fp64 tile: entries of keys outside [kbeg[i], kend[i]) become `hidden`.
+template <class DD>
+HWY_INLINE void MaskScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t ld, int64_t nk, int64_t W, int64_t c0,
+                                const int32_t* HWY_RESTRICT kbeg, const int32_t* HWY_RESTRICT kend, double hidden) {
+  const hn::Rebind<int32_t, DD> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto hid = hn::Set(dd, hidden);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto kb = hn::PromoteTo(dd, hn::LoadU(di, kbeg + w));
+    const auto ke = hn::PromoteTo(dd, hn::LoadU(di, kend + w));
+    for (int64_t j = 0; j < nk; ++j) {
+      const auto key = hn::Set(dd, static_cast<double>(c0 + j));
+      const auto vis = hn::And(hn::Le(kb, key), hn::Lt(key, ke));
+      double* s = sd + j * ld + w;
+      hn::Store(hn::IfThenElse(vis, hn::Load(dd, s), hid), dd, s);
+    }
+  }
+}
+
+// OnlineSoftmax from the fp64 tile S = scale·sd: per row m' = max(m, rnd(max_j S)) (m is kept in
+// fp32; any shift cancels between P and l), P = exp(rnd(scale·sd − m')) with the argument exact
+// before its one rounding, written to the fp32 tile st; l, alpha as in OnlineSoftmax.
+template <class DD>
+HWY_INLINE void OnlineSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT st, int64_t ld,
+                                   int64_t nk, int64_t W, double scale, float* HWY_RESTRICT row_max,
+                                   float* HWY_RESTRICT row_sum, float* HWY_RESTRICT alpha) {
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const auto sc = hn::Set(dd, scale);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto m_old = hn::Load(df, row_max + w);
+    auto mx = hn::Set(dd, -std::numeric_limits<double>::infinity());
+    for (int64_t j = 0; j < nk; ++j) mx = hn::Max(mx, hn::Mul(hn::Load(dd, sd + j * ld + w), sc));
+    const auto m_new = hn::Max(m_old, hn::DemoteTo(df, mx));
+    const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
+    const auto a = hn::Exp(df, hn::Sub(m_old, m_use));
+    const auto mu = hn::PromoteTo(dd, m_use);
+    auto sum = hn::Zero(df);
+    for (int64_t j = 0; j < nk; ++j) {
+      const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, mu));
+      const auto pv = hn::Exp(df, x);
+      hn::Store(pv, df, st + j * ld + w);
+      sum = hn::Add(sum, pv);
+    }
+    hn::Store(hn::MulAdd(hn::Load(df, row_sum + w), a, sum), df, row_sum + w);
+    hn::Store(m_new, df, row_max + w);
+    hn::Store(a, df, alpha + w);
+  }
+}
+
 }  // namespace flashattn::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
