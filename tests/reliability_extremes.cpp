@@ -217,32 +217,47 @@ TEST_CASE("a NaN or inf in one key or value row stays in its sequence and kv hea
       }
 }
 
-TEST_CASE("a NaN in q, k or v makes every row that reads it NaN (never a silent finite value)") {
+// Checks that a NaN in k or v reaches every row that sees that key, and that a NaN query row is
+// not mistaken for a row that sees no key (O = 0, LSE = −∞).
+void check_nan_reaches_its_rows(const Impl& impl) {
   const Shape& s = kPoisonShape;
   const int64_t j0 = 5, i0 = 9;
-  for (const Impl& impl : impls()) {
-    CAPTURE(std::string(impl.name));
-    for (Which w : {Which::k, Which::v}) {
-      CAPTURE(w == Which::k ? "k" : "v");
-      Problem p(s, 11);
-      p.set(w, 0, j0, 1, 0, kNaN);
-      impl.forward(p.forward_args(causal_opt()));
-      for (int64_t i = j0; i < s.nq; ++i)
-        for (int64_t h : {2, 3}) {
-          CAPTURE(i);
-          CAPTURE(h);
-          CHECK(std::isnan(p.get(Which::out, 0, i, h, 0)));
-        }
-    }
-    // A NaN query row must not look like a row that sees no key (O = 0, LSE = −∞).
+  CAPTURE(std::string(impl.name));
+  for (Which w : {Which::k, Which::v}) {
+    CAPTURE(w == Which::k ? "k" : "v");
     Problem p(s, 11);
-    p.set(Which::q, 1, i0, 3, 0, kNaN);
+    p.set(w, 0, j0, 1, 0, kNaN);
     impl.forward(p.forward_args(causal_opt()));
-    const float lse = p.lse[static_cast<size_t>((1 * s.hq + 3) * s.nq + i0)];
-    CAPTURE(lse);
-    CHECK((std::isnan(p.get(Which::out, 1, i0, 3, 0)) && std::isnan(lse)));
+    for (int64_t i = j0; i < s.nq; ++i)
+      for (int64_t h : {2, 3}) {
+        CAPTURE(i);
+        CAPTURE(h);
+        CHECK(std::isnan(p.get(Which::out, 0, i, h, 0)));
+      }
   }
+  Problem p(s, 11);
+  p.set(Which::q, 1, i0, 3, 0, kNaN);
+  impl.forward(p.forward_args(causal_opt()));
+  const float lse = p.lse[static_cast<size_t>((1 * s.hq + 3) * s.nq + i0)];
+  CAPTURE(lse);
+  CHECK((std::isnan(p.get(Which::out, 1, i0, 3, 0)) && std::isnan(lse)));
 }
+
+TEST_CASE("reference: a NaN in q, k or v makes every row that reads it NaN (never a silent finite value)") {
+  check_nan_reaches_its_rows(impls().front());
+}
+
+#ifdef FLASHATTN_RELIABILITY_CPU
+// KNOWN BUG, open in issue 3: the CPU's online softmax drops NaN scores (vector max, and Highway's
+// Exp(NaN) = 0), so a row that reads a NaN key comes out finite. The damage still stays inside
+// the rows of that (sequence, head) (the containment tests below pass). This test asserts the
+// desired behaviour and is expected to fail until the kernel propagates NaN; when it starts
+// passing, doctest reports the should_fail test as failed: drop the decorator then.
+TEST_CASE("cpu: a NaN in q, k or v makes every row that reads it NaN (KNOWN BUG, expected to fail)" *
+          doctest::should_fail()) {
+  check_nan_reaches_its_rows(impls().back());
+}
+#endif
 
 // Runs forward and backward on p and returns every output's bytes (out, lse, dq, dk, dv).
 std::vector<unsigned char> run_outputs(const Impl& impl, Problem& p, const ForwardArgs& opt) {
