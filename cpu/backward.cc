@@ -101,7 +101,7 @@ HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk,
     const auto r = hn::Load(d, rnorm + w);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      hn::Store(hn::Mul(hn::Exp(d, hn::MulSub(hn::Load(d, s), sc, m)), r), d, s);
+      hn::Store(hn::Mul(ExpKeepNaN(d, hn::MulSub(hn::Load(d, s), sc, m)), r), d, s);
     }
   }
 }
@@ -120,7 +120,7 @@ HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HW
     const auto r = hn::Load(df, rnorm + w);
     for (int64_t j = 0; j < nk; ++j) {
       const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m));
-      hn::Store(hn::Mul(hn::Exp(df, x), r), df, st + j * ld + w);
+      hn::Store(hn::Mul(ExpKeepNaN(df, x), r), df, st + j * ld + w);
     }
   }
 }
@@ -136,7 +136,7 @@ HWY_INLINE void AddExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, int64_
     const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
     auto acc = hn::Load(df, sum + w);
     for (int64_t j = 0; j < nk; ++j)
-      acc = hn::Add(acc, hn::Exp(df, hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m))));
+      acc = hn::Add(acc, ExpKeepNaN(df, hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m))));
     hn::Store(acc, df, sum + w);
   }
 }
@@ -150,7 +150,7 @@ HWY_INLINE void AddExpMinusLse(D d, const float* HWY_RESTRICT st, int64_t ld, in
   for (int64_t w = 0; w < W; w += L) {
     const auto m = hn::Load(d, lse + w);
     auto acc = hn::Load(d, sum + w);
-    for (int64_t j = 0; j < nk; ++j) acc = hn::Add(acc, hn::Exp(d, hn::MulSub(hn::Load(d, st + j * ld + w), sc, m)));
+    for (int64_t j = 0; j < nk; ++j) acc = hn::Add(acc, ExpKeepNaN(d, hn::MulSub(hn::Load(d, st + j * ld + w), sc, m)));
     hn::Store(acc, d, sum + w);
   }
 }

@@ -138,12 +138,14 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
     }
   }
 
-  // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞.
+  // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞. A row whose sum is
+  // NaN read a NaN (or inf − inf) score: O and LSE are NaN, never a plausible finite value.
   for (int64_t i = 0; i < rows; ++i) {
     const float l = w.l[i];
-    for (int64_t x = 0; x < dim; ++x) w.row[x] = l > 0 ? w.ot[x * ld + i] / l : 0.0f;
+    const bool poisoned = std::isnan(l);
+    for (int64_t x = 0; x < dim; ++x) w.row[x] = l > 0 || poisoned ? w.ot[x * ld + i] / l : 0.0f;
     store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
-    if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 ? w.m[i] + std::log(l) : -inf;
+    if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 || poisoned ? w.m[i] + std::log(l) : -inf;
   }
 }
 

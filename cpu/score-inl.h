@@ -19,6 +19,22 @@ HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Returns exp(x) lane-wise with NaN lanes kept NaN. Highway's Exp returns 0 for NaN (which would
+// turn a NaN score into a silently finite row) and on the emulated targets converts NaN to an
+// integer (undefined behaviour); NaN lanes are kept out of it. Same value as Exp elsewhere.
+template <class D, class V>
+HWY_INLINE V ExpKeepNaN(D d, V x) {
+  const auto nan = hn::IsNaN(x);
+  return hn::IfThenElse(nan, x, hn::Exp(d, hn::IfThenZeroElse(nan, x)));
+}
+
+// Returns tanh(x) lane-wise with NaN lanes kept NaN (as ExpKeepNaN).
+template <class D, class V>
+HWY_INLINE V TanhKeepNaN(D d, V x) {
+  const auto nan = hn::IsNaN(x);
+  return hn::IfThenElse(nan, x, hn::Tanh(d, hn::IfThenZeroElse(nan, x)));
+}
+
 // Where a tile sits in its sequence and which transforms are on.
 struct TileScores {
   float scale = 1;     // multiplies the raw q·k first (TransformScores only)
@@ -44,7 +60,7 @@ HWY_INLINE void TransformScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t
     for (int64_t j = 0; j < nk; ++j) {
       for (int64_t w = 0; w < W; w += L) {
         const auto sv = hn::Mul(hn::Load(d, st + j * ld + w), scale);
-        const auto t = hn::Tanh(d, hn::Mul(sv, inv_cap));
+        const auto t = TanhKeepNaN(d, hn::Mul(sv, inv_cap));
         if (tanh_out) hn::Store(t, d, tanh_out + j * ld + w);
         hn::Store(hn::Mul(cap, t), d, st + j * ld + w);
       }
@@ -109,11 +125,11 @@ HWY_INLINE void OnlineSoftmax(D d, float* HWY_RESTRICT st, int64_t ld, int64_t n
     auto m_new = m_old;
     for (int64_t j = 0; j < nk; ++j) m_new = hn::Max(m_new, hn::Mul(hn::Load(d, st + j * ld + w), sc));
     const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-    const auto a = hn::Exp(d, hn::Sub(m_old, m_use));
+    const auto a = ExpKeepNaN(d, hn::Sub(m_old, m_use));
     auto sum = hn::Zero(d);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      const auto pv = hn::Exp(d, hn::MulSub(hn::Load(d, s), sc, m_use));
+      const auto pv = ExpKeepNaN(d, hn::MulSub(hn::Load(d, s), sc, m_use));
       hn::Store(pv, d, s);
       sum = hn::Add(sum, pv);
     }
@@ -165,7 +181,7 @@ HWY_INLINE void TransformScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t ld,
       double* s = sd + j * ld + w;
       auto sv = hn::Mul(hn::Load(dd, s), scale);
       if (ts.softcap > 0) {
-        const auto t = hn::Tanh(dd, hn::Mul(sv, inv_cap));
+        const auto t = TanhKeepNaN(dd, hn::Mul(sv, inv_cap));
         if (tanh_out) hn::Store(hn::DemoteTo(df, t), df, tanh_out + j * ld + w);
         sv = hn::Mul(cap, t);
       }
@@ -216,12 +232,12 @@ HWY_INLINE void OnlineSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* 
     for (int64_t j = 0; j < nk; ++j) mx = hn::Max(mx, hn::Mul(hn::Load(dd, sd + j * ld + w), sc));
     const auto m_new = hn::Max(m_old, hn::DemoteTo(df, mx));
     const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-    const auto a = hn::Exp(df, hn::Sub(m_old, m_use));
+    const auto a = ExpKeepNaN(df, hn::Sub(m_old, m_use));
     const auto mu = hn::PromoteTo(dd, m_use);
     auto sum = hn::Zero(df);
     for (int64_t j = 0; j < nk; ++j) {
       const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, mu));
-      const auto pv = hn::Exp(df, x);
+      const auto pv = ExpKeepNaN(df, x);
       hn::Store(pv, df, st + j * ld + w);
       sum = hn::Add(sum, pv);
     }
