@@ -26,7 +26,7 @@ int64_t max_offset(const Tensor& t, const std::string& name) {
   off = add_checked(off, mul_checked(t.seq - 1, t.stride_seq, name + ".stride_seq"), name);
   off = add_checked(off, mul_checked(t.heads - 1, t.stride_head, name + ".stride_head"), name);
   off = add_checked(off, t.dim - 1, name);
-  mul_checked(off + 1, static_cast<int64_t>(dtype_size(t.dtype)), name + " bytes");
+  mul_checked(add_checked(off, 1, name), static_cast<int64_t>(dtype_size(t.dtype)), name + " bytes");
   return off;
 }
 

@@ -116,6 +116,12 @@ TEST_CASE("validate forward: overflowing stride products") {
     a.v.stride_batch = (int64_t{1} << 61) + 1;  // element offset fits, bytes (x4) do not
     reject(fx, a, {"v", "overflows int64"});
   }
+  SUBCASE("largest offset exactly INT64_MAX") {  // found by the fuzzer: offset + 1 overflowed (UBSan)
+    a.q.batch = a.k.batch = a.v.batch = a.out.batch = 2;
+    const int64_t rest = (a.q.seq - 1) * a.q.stride_seq + (a.q.heads - 1) * a.q.stride_head + a.q.dim - 1;
+    a.q.stride_batch = std::numeric_limits<int64_t>::max() - rest;
+    reject(fx, a, {"q", "overflows int64"});
+  }
 }
 
 TEST_CASE("validate forward: self-overlapping output strides") {
