@@ -9,6 +9,7 @@
 #endif
 
 #include "flashattn/mask.hpp"
+#include "flashattn/problem.hpp"
 
 namespace flashattn::gpu::detail {
 
@@ -49,31 +50,13 @@ struct BackwardParams : ForwardParams {
   int dim = 0;
 };
 
-// One sequence as the kernels see it (see flashattn::Sequence).
-struct SeqInfo {
-  int64_t batch = 0;    // batch index in the tensors (0 for varlen)
-  int64_t q_start = 0;  // first row of q/out/dout/dq
-  int64_t k_start = 0;  // first row of k/v/dk/dv
-  int64_t k_rows = 0;   // rows of k/v belonging to the sequence (before seqlens_k)
-  Mask mask;            // seqlen_q, seqlen_k (after seqlens_k) and the window
-};
+// One sequence as the kernels see it: the shared flashattn::Sequence.
+using SeqInfo = Sequence;
 
-// Returns sequence s, reading the device arrays of p. Same rules as flashattn::sequence().
+// Returns sequence s, reading the device arrays of p, by the one rule of flashattn::make_sequence.
 __device__ inline SeqInfo sequence_info(const ForwardParams& p, int64_t s) {
-  SeqInfo r;
-  int64_t nq = p.q_seq, nk = p.k_seq;
-  if (p.cu_seqlens_q) {
-    r.q_start = p.cu_seqlens_q[s];
-    r.k_start = p.cu_seqlens_k[s];
-    nq = p.cu_seqlens_q[s + 1] - r.q_start;
-    nk = p.cu_seqlens_k[s + 1] - r.k_start;
-  } else {
-    r.batch = s;
-  }
-  r.k_rows = nk;
-  if (p.seqlens_k) nk = p.seqlens_k[s];
-  r.mask = Mask::make(nq, nk, p.causal, p.window_left, p.window_right);
-  return r;
+  return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.causal, p.window_left,
+                       p.window_right);
 }
 
 // Returns the index into lse (and the D scratch) of row i of sequence `si`, query head h.

@@ -27,25 +27,34 @@ inline int64_t num_sequences(const ForwardArgs& a) {
   return a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
 }
 
-// Returns sequence s (0 <= s < num_sequences(a)) of a validated call. Reads host arrays
-// (cu_seqlens, seqlens_k): backends holding device pointers pass a host copy.
-inline Sequence sequence(const ForwardArgs& a, int64_t s) {
+// Returns sequence s from the call's sizes and side arrays (cu_seqlens_q/k and seqlens_k, each
+// null when unused). Host and device: the GPU passes its device copies of the arrays.
+FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_seq, const int32_t* cu_seqlens_q,
+                                           const int32_t* cu_seqlens_k, const int32_t* seqlens_k, bool causal,
+                                           int64_t window_left, int64_t window_right) {
   Sequence r;
   r.index = s;
-  int64_t nq = a.q.seq, nk = a.k.seq;
-  if (a.cu_seqlens_q) {
+  int64_t nq = q_seq, nk = k_seq;
+  if (cu_seqlens_q) {
     r.batch = 0;
-    r.q_start = a.cu_seqlens_q[s];
-    r.k_start = a.cu_seqlens_k[s];
-    nq = a.cu_seqlens_q[s + 1] - r.q_start;
-    nk = a.cu_seqlens_k[s + 1] - r.k_start;
+    r.q_start = cu_seqlens_q[s];
+    r.k_start = cu_seqlens_k[s];
+    nq = cu_seqlens_q[s + 1] - r.q_start;
+    nk = cu_seqlens_k[s + 1] - r.k_start;
   } else {
     r.batch = s;
   }
   r.k_rows = nk;
-  if (a.seqlens_k) nk = a.seqlens_k[s];
-  r.mask = Mask::make(nq, nk, a.causal, a.window_left, a.window_right);
+  if (seqlens_k) nk = seqlens_k[s];
+  r.mask = Mask::make(nq, nk, causal, window_left, window_right);
   return r;
+}
+
+// Returns sequence s (0 <= s < num_sequences(a)) of a validated call. Reads host arrays
+// (cu_seqlens, seqlens_k): backends holding device pointers pass a host copy.
+inline Sequence sequence(const ForwardArgs& a, int64_t s) {
+  return make_sequence(s, a.q.seq, a.k.seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a.causal, a.window_left,
+                       a.window_right);
 }
 
 // Returns the scale applied to q kᵀ (the default 1/sqrt(d) when a.scale is 0).
