@@ -61,18 +61,6 @@ ForwardArgs options_of(int t) {
   return a;
 }
 
-// Returns the bytes of every output of a problem after a pass.
-std::vector<unsigned char> outputs(const Problem& p) {
-  std::vector<unsigned char> r;
-  for (Which w : {Which::out, Which::dq, Which::dk, Which::dv}) {
-    const auto b = p.bytes(w);
-    r.insert(r.end(), b.begin(), b.end());
-  }
-  const auto* l = reinterpret_cast<const unsigned char*>(p.lse.data());
-  r.insert(r.end(), l, l + p.lse.size() * sizeof(float));
-  return r;
-}
-
 TEST_CASE("threads calling forward and backward on different problems match sequential calls") {
   for (const Pass& pass : passes()) {
     CAPTURE(std::string(pass.name));
@@ -80,7 +68,7 @@ TEST_CASE("threads calling forward and backward on different problems match sequ
     for (int t = 0; t < kThreads; ++t) {
       Problem p(shape_of(t), 100 + t);
       pass.run(p.backward_args(options_of(t)));
-      expected.push_back(outputs(p));
+      expected.push_back(p.output_bytes());
     }
     std::vector<std::unique_ptr<Problem>> problems;
     for (int t = 0; t < kThreads; ++t) problems.push_back(std::make_unique<Problem>(shape_of(t), 100 + t));
@@ -93,7 +81,7 @@ TEST_CASE("threads calling forward and backward on different problems match sequ
         while (ready.load() < kThreads) std::this_thread::yield();  // start together
         for (int r = 0; r < kRounds; ++r) {
           pass.run(problems[t]->backward_args(options_of(t)));
-          got[t].push_back(outputs(*problems[t]));
+          got[t].push_back(problems[t]->output_bytes());
         }
       });
     for (std::thread& th : threads) th.join();
@@ -114,7 +102,7 @@ TEST_CASE("threads sharing one read-only input with separate outputs match a seq
     ForwardArgs opt;
     opt.causal = true;
     pass.run(reference_run.backward_args(opt));
-    const auto expected = outputs(reference_run);
+    const auto expected = reference_run.output_bytes();
     // One problem holds the shared inputs; each thread writes into its own problem's outputs.
     Problem shared(s, 7);
     std::vector<std::unique_ptr<Problem>> mine;
@@ -132,7 +120,7 @@ TEST_CASE("threads sharing one read-only input with separate outputs match a seq
         for (int r = 0; r < kRounds; ++r) pass.run(a);
       });
     for (std::thread& th : threads) th.join();
-    for (int t = 0; t < kThreads; ++t) CHECK(outputs(*mine[t]) == expected);
+    for (int t = 0; t < kThreads; ++t) CHECK(mine[t]->output_bytes() == expected);
     CHECK(shared.bytes(Which::q) == inputs_before);
   }
 }

@@ -258,14 +258,7 @@ std::vector<unsigned char> run_outputs(const Impl& impl, Problem& p, const Forwa
   const BackwardArgs a = p.backward_args(opt);
   impl.forward(a);
   impl.backward(a);
-  std::vector<unsigned char> r;
-  for (Which w : {Which::out, Which::dq, Which::dk, Which::dv}) {
-    const auto b = p.bytes(w);
-    r.insert(r.end(), b.begin(), b.end());
-  }
-  const auto* l = reinterpret_cast<const unsigned char*>(p.lse.data());
-  r.insert(r.end(), l, l + p.lse.size() * sizeof(float));
-  return r;
+  return p.output_bytes();
 }
 
 TEST_CASE("NaN in keys past seqlens_k and in rows outside every varlen sequence changes nothing") {

@@ -90,6 +90,17 @@ void Problem::set(Which w, int64_t b, int64_t s, int64_t h, int64_t x, float val
 
 std::vector<unsigned char> Problem::bytes(Which w) const { return const_cast<Problem*>(this)->storage(w); }
 
+std::vector<unsigned char> Problem::output_bytes() const {
+  std::vector<unsigned char> r;
+  for (Which w : {Which::out, Which::dq, Which::dk, Which::dv}) {
+    const auto b = bytes(w);
+    r.insert(r.end(), b.begin(), b.end());
+  }
+  const auto* l = reinterpret_cast<const unsigned char*>(lse.data());
+  r.insert(r.end(), l, l + lse.size() * sizeof(float));
+  return r;
+}
+
 ForwardArgs Problem::forward_args(const ForwardArgs& options) {
   ForwardArgs a = options;
   a.q = view(Which::q);

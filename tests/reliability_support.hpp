@@ -40,6 +40,8 @@ class Problem {
 
   // Returns a copy of the bytes of tensor w (for bitwise comparisons).
   std::vector<unsigned char> bytes(Which w) const;
+  // Returns the bytes of every output after a pass: out, dq, dk, dv, then lse.
+  std::vector<unsigned char> output_bytes() const;
 
   Shape shape;
   std::vector<float> lse;
