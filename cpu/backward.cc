@@ -1,14 +1,15 @@
 // Backward pass with recomputation. Work item = (sequence, query head); one thread does the whole
-// item, so every gradient element is reduced in an order fixed by the tile sizes alone: results are
+// item, so every gradient is reduced in an order fixed by the tile sizes alone: results are
 // bitwise identical for any thread count and across calls.
 //
-// Per item: D = rowsum(dO∘O) and the operands of every query block are prepared once; then for each
-// key block (its dK, dV owned by the item), for each query block (fixed order): recompute P from
-// LSE, dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − D) (∘ softcap derivative), dK += dSᵀ·Q, dQ += dS·K into
-// an fp32 per-item dQ buffer. Five tile products, S computed once; no buffer grows with
-// seqlen_q·seqlen_k. Without GQA/MQA dK, dV are written directly; with it each query head writes
-// fp32 partials and a second pass sums each group's heads in head order (GQA/MQA still run one item
-// per query head in parallel).
+// Per item, for each query block (fixed order): prepare its operands (Qᵀ, dOᵀ, Q, dO, D =
+// rowsum(dO∘O), LSE); pass 1 recomputes P = exp(S − LSE) for every key block it sees into a P
+// cache of the block ([keys x block_q], O(seqlen_k·block_q), never seqlen_q·seqlen_k) and, for fp32
+// outputs, the row sums that renormalise P exactly; pass 2, per key block: dP = dO·Vᵀ, dS =
+// P∘(dP − D) (∘ softcap derivative), dV += Pᵀ·dO and dK += dSᵀ·Q into fp32 accumulators of the
+// whole head, dQ += dS·K into the block's dQ. Five tile products, S computed once. Without GQA/MQA
+// dK, dV are written directly; with it each query head writes fp32 partials and a second pass
+// sums each group's heads in head order (GQA/MQA still run one item per query head in parallel).
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -36,72 +37,67 @@ using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 
 namespace {
 
-// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats). The first
-// groups hold one slab per query block bi.
+// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats): operands of
+// the current query block, the P cache of that block, and the head's dK, dV accumulators.
 struct BackwardScratch {
-  int64_t blocks;  // nqb slabs
-  double* sd;      // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
-  float* qt;       // [blocks][d x qpad] Qᵀ
-  float* dot;      // [blocks][d x qpad] dOᵀ
-  float* dqt;      // [blocks][d x qpad] dQᵀ accumulator (fp32)
-  float* qr;       // [blocks][qpad x dpad] Q, rows zero-padded to dpad
-  float* dor;      // [blocks][qpad x dpad] dO
-  float* dd;       // [blocks][qpad] D = rowsum(dO∘O)
-  float* lse;      // [blocks][qpad] LSE, +∞ for rows that see no key (so P = 0)
-  float* rnorm;    // [blocks][qpad] 1 / Σ_j exp(S − LSE) when self-normalising, else 1
-  int32_t* kbeg;   // [blocks][qpad] first visible key per row
-  int32_t* kend;   // [blocks][qpad] one past the last visible key
-  float* st;       // [block_k x qpad] Sᵀ, then Pᵀ
-  float* dpt;      // [block_k x qpad] dPᵀ, then dSᵀ
-  float* tt;       // [block_k x qpad] tanh(S/softcap)
-  float* dkt;      // [block_k x dpad] dK of the key block
-  float* dvt;      // [block_k x dpad] dV of the key block
-  float* row;      // [dpad]
-  float* row2;     // [dpad]
-  float* kv;       // [2 x block_k x d] fp32 copy of one key block of k, v (kv.h)
+  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
+  float* qt;      // [d x qpad] Qᵀ
+  float* dot;     // [d x qpad] dOᵀ
+  float* dqt;     // [d x qpad] dQᵀ accumulator (fp32)
+  float* qr;      // [qpad x dpad] Q, rows zero-padded to dpad
+  float* dor;     // [qpad x dpad] dO
+  float* dd;      // [qpad] D = rowsum(dO∘O)
+  float* lse;     // [qpad] LSE, +∞ for rows that see no key (so P = 0)
+  float* rnorm;   // [qpad] 1 / Σ_j exp(S − LSE) when self-normalising
+  int32_t* kbeg;  // [qpad] first visible key per row
+  int32_t* kend;  // [qpad] one past the last visible key
+  float* pc;      // [kpad x qpad] Pᵀ of every key block of the query block (the P cache)
+  float* tc;      // [kpad x qpad] tanh(S/softcap) likewise (soft-capping only, else null)
+  float* dpt;     // [block_k x qpad] dPᵀ, then dSᵀ
+  float* dkt;     // [max_k x dpad] dK accumulator of the head (fp32)
+  float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
+  float* row;     // [dpad]
+  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
 
   BackwardScratch(float* s, const Plan& p) {
-    blocks = ceil_div(p.max_q, p.block_q);
-    const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad;
+    const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad, kpad = round_up(p.max_k, p.block_k);
     sd = nullptr;
     if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
       sd = reinterpret_cast<double*>(s);
       s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
     }
     qt = s;
-    dot = qt + blocks * tq;
-    dqt = dot + blocks * tq;
-    qr = dqt + blocks * tq;
-    dor = qr + blocks * tr;
-    dd = dor + blocks * tr;
-    lse = dd + blocks * p.qpad;
-    rnorm = lse + blocks * p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(rnorm + blocks * p.qpad);
-    kend = kbeg + blocks * p.qpad;
-    st = reinterpret_cast<float*>(kend + blocks * p.qpad);
-    dpt = st + p.block_k * p.qpad;
-    tt = dpt + p.block_k * p.qpad;
-    dkt = tt + p.block_k * p.qpad;
-    dvt = dkt + p.block_k * p.dpad;
-    row = dvt + p.block_k * p.dpad;
-    row2 = row + p.dpad;
-    kv = row2 + p.dpad;
+    dot = qt + tq;
+    dqt = dot + tq;
+    qr = dqt + tq;
+    dor = qr + tr;
+    dd = dor + tr;
+    lse = dd + p.qpad;
+    rnorm = lse + p.qpad;
+    kbeg = reinterpret_cast<int32_t*>(rnorm + p.qpad);
+    kend = kbeg + p.qpad;
+    pc = reinterpret_cast<float*>(kend + p.qpad);
+    tc = p.softcap ? pc + kpad * p.qpad : nullptr;
+    dpt = pc + (p.softcap ? 2 : 1) * kpad * p.qpad;
+    dkt = dpt + p.block_k * p.qpad;
+    dvt = dkt + p.max_k * p.dpad;
+    row = dvt + p.max_k * p.dpad;
+    kv = row + p.dpad;
   }
 };
 
-// Sᵀ ← exp(scale·Sᵀ − LSE)·r lane-wise (product and difference rounded once, as in the forward):
-// P recomputed from the forward's log-sum-exp (r = 1, or the self-normalisation factor).
+// Sᵀ ← exp(scale·Sᵀ − LSE) lane-wise (product and difference rounded once, as in the forward):
+// P recomputed from the forward's log-sum-exp.
 template <class D>
 HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, float scale,
-                            const float* HWY_RESTRICT lse, const float* HWY_RESTRICT rnorm) {
+                            const float* HWY_RESTRICT lse) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const auto sc = hn::Set(d, scale);
   for (int64_t w = 0; w < W; w += L) {
     const auto m = hn::Load(d, lse + w);
-    const auto r = hn::Load(d, rnorm + w);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      hn::Store(hn::Mul(ExpKeepNaN(d, hn::MulSub(hn::Load(d, s), sc, m)), r), d, s);
+      hn::Store(ExpKeepNaN(d, hn::MulSub(hn::Load(d, s), sc, m)), d, s);
     }
   }
 }
@@ -110,47 +106,27 @@ HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk,
 // scale·S − LSE is exact before its one rounding to fp32; P is written to the fp32 tile st.
 template <class DD>
 HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT st, int64_t ld,
-                                 int64_t nk, int64_t W, double scale, const float* HWY_RESTRICT lse,
-                                 const float* HWY_RESTRICT rnorm) {
+                                 int64_t nk, int64_t W, double scale, const float* HWY_RESTRICT lse) {
   const hn::Rebind<float, DD> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
   const auto sc = hn::Set(dd, scale);
   for (int64_t w = 0; w < W; w += L) {
     const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
-    const auto r = hn::Load(df, rnorm + w);
     for (int64_t j = 0; j < nk; ++j) {
       const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m));
-      hn::Store(hn::Mul(ExpKeepNaN(df, x), r), df, st + j * ld + w);
+      hn::Store(ExpKeepNaN(df, x), df, st + j * ld + w);
     }
   }
 }
 
-// AddExpMinusLse from the fp64 score tile sd, each term exactly as ExpMinusLseExact computes it.
-template <class DD>
-HWY_INLINE void AddExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, int64_t ld, int64_t nk, int64_t W,
-                                    double scale, const float* HWY_RESTRICT lse, float* HWY_RESTRICT sum) {
-  const hn::Rebind<float, DD> df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
-  const auto sc = hn::Set(dd, scale);
-  for (int64_t w = 0; w < W; w += L) {
-    const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
-    auto acc = hn::Load(df, sum + w);
-    for (int64_t j = 0; j < nk; ++j)
-      acc = hn::Add(acc, ExpKeepNaN(df, hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m))));
-    hn::Store(acc, df, sum + w);
-  }
-}
-
-// sum[i] += Σ_j exp(scale·Sᵀ[j][i] − LSE[i]).
+// sum[i] += Σ_j Pᵀ[j][i] over j in [0, nk), in key order.
 template <class D>
-HWY_INLINE void AddExpMinusLse(D d, const float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, float scale,
-                               const float* HWY_RESTRICT lse, float* HWY_RESTRICT sum) {
+HWY_INLINE void AddRowSums(D d, const float* HWY_RESTRICT pt, int64_t ld, int64_t nk, int64_t W,
+                           float* HWY_RESTRICT sum) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto sc = hn::Set(d, scale);
   for (int64_t w = 0; w < W; w += L) {
-    const auto m = hn::Load(d, lse + w);
     auto acc = hn::Load(d, sum + w);
-    for (int64_t j = 0; j < nk; ++j) acc = hn::Add(acc, ExpKeepNaN(d, hn::MulSub(hn::Load(d, st + j * ld + w), sc, m)));
+    for (int64_t j = 0; j < nk; ++j) acc = hn::Add(acc, hn::Load(d, pt + j * ld + w));
     hn::Store(acc, d, sum + w);
   }
 }
@@ -186,23 +162,21 @@ inline float DotLikeGemm(const float* a, const float* b, int64_t n) {
   return hn::GetLane(acc);
 }
 
-// Prepares the operands of query block qb of query head h (slab bi): Qᵀ, dOᵀ, Q, dO, D, LSE,
-// key ranges, dQᵀ = 0. Padded rows are zero and see no key.
-void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, const Sequence& seq,
-                  int64_t h, int64_t qb, int64_t bi) {
+// Prepares the operands of query block qb of query head h: Qᵀ, dOᵀ, Q, dO, D, LSE, key ranges,
+// dQᵀ = 0. Padded rows are zero and see no key. Returns the largest squared norm of a Q row
+// (MaxSquaredNorm) when `adaptive` (exact scores chosen per tile), else 0.
+float PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, const Sequence& seq, int64_t h,
+                   int64_t qb, bool adaptive) {
+  const hn::ScalableTag<float> d;
   const Mask& mask = seq.mask;
   const int64_t r0 = qb * p.block_q;
   const int64_t rows = std::min(p.block_q, mask.seqlen_q - r0);
   const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
   const float inf = std::numeric_limits<float>::infinity();
-  float* qt = w.qt + bi * dim * ld;
-  float* dot = w.dot + bi * dim * ld;
-  float* dqt = w.dqt + bi * dim * ld;
-  float* qr = w.qr + bi * ld * dp;
-  float* dor = w.dor + bi * ld * dp;
+  float qmax2 = 0.0f;
   for (int64_t i = 0; i < ld; ++i) {
-    float* qi = qr + i * dp;
-    float* doi = dor + i * dp;
+    float* qi = w.qr + i * dp;
+    float* doi = w.dor + i * dp;
     float dsum = 0.0f;
     if (i < rows) {
       const int64_t r = seq.q_start + r0 + i;
@@ -211,66 +185,40 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, cons
       WidenRow(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, w.row);
       dsum = DotLikeGemm(doi, w.row, dim);  // D = rowsum(dO∘O)
       const float l = a.lse[lse_index(a, seq, h, r0 + i)];
-      w.lse[bi * ld + i] = l == -inf ? inf : l;
-      w.kbeg[bi * ld + i] = static_cast<int32_t>(mask.key_begin(r0 + i));
-      w.kend[bi * ld + i] = static_cast<int32_t>(mask.key_end(r0 + i));
+      w.lse[i] = l == -inf ? inf : l;
+      w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
+      w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
+      if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, qi, dp, 1, dim));
     } else {
       for (int64_t x = 0; x < dim; ++x) qi[x] = doi[x] = 0.0f;
-      w.lse[bi * ld + i] = inf;
-      w.kbeg[bi * ld + i] = w.kend[bi * ld + i] = 0;
+      w.lse[i] = inf;
+      w.kbeg[i] = w.kend[i] = 0;
     }
     for (int64_t x = dim; x < dp; ++x) qi[x] = doi[x] = 0.0f;
-    w.dd[bi * ld + i] = dsum;
-    w.rnorm[bi * ld + i] = 1.0f;
+    w.dd[i] = dsum;
     for (int64_t x = 0; x < dim; ++x) {
-      qt[x * ld + i] = qi[x];
-      dot[x * ld + i] = doi[x];
-      dqt[x * ld + i] = 0.0f;
+      w.qt[x * ld + i] = qi[x];
+      w.dot[x * ld + i] = doi[x];
+      w.dqt[x * ld + i] = 0.0f;
     }
   }
+  return qmax2;
 }
 
 // Returns whether the backward renormalises P itself. P is recomputed as exp(S − LSE) with the
-// caller's fp32 LSE. When that LSE comes from a computation whose S rounded differently (another
-// backend, the oracle, a different target), a nearly one-hot row keeps the rounding error of its
-// dominant S uncancelled: relative error ~ d^½·2^-24·|q||k|·scale in P and the gradients, which an
-// fp32 output cannot absorb (the naive algorithm normalises by its own sum and has no such error).
-// So for fp32 outputs each query block first computes r = 1/Σ_j exp(S − LSE) with its own S (one
-// extra S product, +1/5 of the backward's work) and uses P = exp(S − LSE)·r, exactly normalised.
-// 16-bit outputs round far above that error and skip it.
-bool NeedsSelfNorm(const BackwardArgs& a) { return a.dq.dtype == DType::f32; }
-
-// Adds Σ_j exp(S − LSE) over the keys of block [c0, c0 + nkb) to rnorm of slab bi (query block qb).
-template <class D>
-void AddRowSums(D d, const Plan& p, BackwardScratch& w, const Mask& mask, const Rows& k, TileScores ts,
-                int64_t c0, int64_t nkb, int64_t qb, int64_t bi) {
-  const int64_t ld = p.qpad, dim = p.dim, L = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, mask.seqlen_q), W = round_up(r1 - r0, L);
-  const TileKind kind = mask.classify(r0, r1, c0, c0 + nkb);
-  if (kind == TileKind::empty) return;
-  const bool transform = ts.softcap > 0 || ts.slope != 0;
-  const float fused_scale = transform ? 1.0f : ts.scale;
-  const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
-  ts.c0 = c0;
-  ts.r0 = r0;
-  if (p.exact_scores) {
-    const hn::ScalableTag<double> dd;
-    Gemm(dd, nkb, W, k.data, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.sd, ld, false);
-    if (transform) TransformScoresExact(dd, w.sd, ld, nkb, W, ts, nullptr);
-    if (kind == TileKind::partial)
-      MaskScoresExact(dd, w.sd, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-    AddExpMinusLseExact(dd, w.sd, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
-    return;
-  }
-  Gemm(d, nkb, W, k.data, k.ld, 1, w.qt + bi * dim * ld, ld, dim, w.st, ld, false);
-  if (transform) TransformScores(d, w.st, ld, nkb, W, ts, nullptr);
-  if (kind == TileKind::partial) MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-  AddExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
-}
+// caller's fp32 LSE, rounded by ½ ulp of |LSE| and, when it comes from a computation whose S
+// rounded differently (another backend, the oracle, another target, fp32 vs fp64 scores), carrying
+// that S error too: a relative error common to a row's P and its gradients. The naive algorithm
+// normalises by its own sum and has no such error; in a row dominated by one key (one visible key,
+// or one large score) its P is exactly 1 and its gradients exact, so fp32 outputs cannot absorb
+// even a few units of it. So for fp32 inputs (except ScorePrecision::fp32) pass 1 also sums each
+// row's P and pass 2 uses P·r with r = 1/Σ_j P: exactly normalised, at the cost of one add per
+// element (the P cache means S is still computed once). 16-bit outputs round far above that error.
+bool SelfNormalises(const Plan& p) { return p.exact_scores; }
 
 // Computes dq of query head h of sequence s and its contribution to dk, dv of kv head h / group:
 // written to dk, dv when the group has one head, else as fp32 rows of `partial`.
-void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int64_t s, int64_t h,
+void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, int64_t s, int64_t h,
                   float* partial) {
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
@@ -282,101 +230,99 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, int6
   const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
   const int64_t Wd = round_up(dim, L);
   const float scale = effective_scale(a);
+  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
+  const bool self_norm = SelfNormalises(p);
 
-  for (int64_t qb = 0; qb < nqb; ++qb) PrepareBlock(a, p, w, seq, h, qb, qb);
-
-  Rows k, v;  // keys [c0, c1) of the current block
+  Rows k, v;  // keys [0, nk) of the head
+  if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+  std::fill(w.dkt, w.dkt + nk * dp, 0.0f);
+  std::fill(w.dvt, w.dvt + nk * dp, 0.0f);
   TileScores ts;
   ts.scale = scale;
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
   ts.slope = alibi_slope(a, s, h);
-  if (nk > 0 && NeedsSelfNorm(a)) {
-    // rnorm = 1 / Σ_j exp(S − LSE), key blocks in the same order as below (sums start from 0).
-    std::fill(w.rnorm, w.rnorm + w.blocks * ld, 0.0f);
-    for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
-      const int64_t nkb = std::min(p.block_k, nk - c0);
-      block_kv(a, p, seq, kvh, c0, nkb, w.kv, k, v, WidenRow);
-      for (int64_t qb = 0; qb < nqb; ++qb) AddRowSums(d, p, w, mask, k, ts, c0, nkb, qb, qb);
-    }
-    // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
-    for (int64_t i = 0; i < w.blocks * ld; ++i) w.rnorm[i] = w.rnorm[i] > 0 ? 1.0f / w.rnorm[i] : 0.0f;
-  }
   const bool transform = ts.softcap > 0 || ts.slope != 0;
   const float fused_scale = transform ? 1.0f : scale;  // as in the forward
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
-  float* partial_k = partial ? partial + ((s * p.heads_q + h) * p.max_k) * dim : nullptr;
-  float* partial_v = partial ? partial_k + p.sequences * p.heads_q * p.max_k * dim : nullptr;
-  for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
-    const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-    std::fill(w.dkt, w.dkt + nkb * dp, 0.0f);
-    std::fill(w.dvt, w.dvt + nkb * dp, 0.0f);
-    block_kv(a, p, seq, kvh, c0, nkb, w.kv, k, v, WidenRow);
-    const float* kb = k.data;
-    const float* vb = v.data;
-    for (int64_t qb = 0; qb < nqb; ++qb) {
-      const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
+  for (int64_t qb = 0; qb < nqb; ++qb) {
+    const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
+    const int64_t W = round_up(rows, L);
+    const float qmax2 = PrepareBlock(a, p, w, seq, h, qb, adaptive);
+    const int64_t key_lo = mask.rows_key_begin(r0), key_hi = mask.rows_key_end(r1);
+    const int64_t kb_lo = key_lo / p.block_k * p.block_k;  // key blocks start at multiples of block_k
+    ts.r0 = r0;
+    // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P cache (S = Q·Kᵀ:
+    // Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose tile
+    // has large scores, as in the forward); row sums for self-normalisation.
+    if (self_norm) std::fill(w.rnorm, w.rnorm + ld, 0.0f);
+    for (int64_t c0 = kb_lo; c0 < key_hi; c0 += p.block_k) {
+      const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
-      const int64_t W = round_up(rows, L), bi = qb;
-      const float* qt = w.qt + bi * dim * ld;
-      const float* dot = w.dot + bi * dim * ld;
-      float* dqt = w.dqt + bi * dim * ld;
-      const float* qr = w.qr + bi * ld * dp;
-      const float* dor = w.dor + bi * ld * dp;
-      // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), P = exp(S − LSE)·r
-      // (in fp64 up to the exponent for fp32 inputs, as in the forward)
+      float* pt = w.pc + c0 * ld;
+      float* tt = w.tc ? w.tc + c0 * ld : nullptr;
+      const float* kb = k.data + c0 * k.ld;
       ts.c0 = c0;
-      ts.r0 = r0;
-      float* tt = ts.softcap > 0 ? w.tt : nullptr;
-      if (p.exact_scores) {
-        Gemm(dd, nkb, W, kb, k.ld, 1, qt, ld, dim, w.sd, ld, false);
+      const float kmax2 = adaptive ? MaxSquaredNorm(d, kb, k.ld, nkb, dim) : 0.0f;
+      if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
+        Gemm(dd, nkb, W, kb, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
         if (transform) TransformScoresExact(dd, w.sd, ld, nkb, W, ts, tt);
-        if (kind == TileKind::partial)
-          MaskScoresExact(dd, w.sd, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-        ExpMinusLseExact(dd, w.sd, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+        if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, W, c0, w.kbeg, w.kend, hidden);
+        ExpMinusLseExact(dd, w.sd, pt, ld, nkb, W, fused_scale, w.lse);
       } else {
-        Gemm(d, nkb, W, kb, k.ld, 1, qt, ld, dim, w.st, ld, false);
-        if (transform) TransformScores(d, w.st, ld, nkb, W, ts, tt);
-        if (kind == TileKind::partial)
-          MaskScores(d, w.st, ld, nkb, W, c0, w.kbeg + bi * ld, w.kend + bi * ld, hidden);
-        ExpMinusLse(d, w.st, ld, nkb, W, fused_scale, w.lse + bi * ld, w.rnorm + bi * ld);
+        Gemm(d, nkb, W, kb, k.ld, 1, w.qt, ld, dim, pt, ld, false);
+        if (transform) TransformScores(d, pt, ld, nkb, W, ts, tt);
+        if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, W, c0, w.kbeg, w.kend, hidden);
+        ExpMinusLse(d, pt, ld, nkb, W, fused_scale, w.lse);
       }
+      if (self_norm) AddRowSums(d, pt, ld, nkb, W, w.rnorm);
+    }
+    // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
+    if (self_norm) {
+      for (int64_t i = 0; i < ld; ++i) w.rnorm[i] = w.rnorm[i] > 0 ? 1.0f / w.rnorm[i] : 0.0f;
+    }
+    // Pass 2: the gradients, key blocks in the same order.
+    for (int64_t c0 = kb_lo; c0 < key_hi; c0 += p.block_k) {
+      const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
+      if (mask.classify(r0, r1, c0, c1) == TileKind::empty) continue;
+      float* pt = w.pc + c0 * ld;
+      const float* kb = k.data + c0 * k.ld;
+      const float* vb = v.data + c0 * v.ld;
+      if (self_norm) RescaleColumns(d, pt, ld, nkb, W, w.rnorm);  // P·r
       // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
-      Gemm(d, nkb, W, vb, v.ld, 1, dot, ld, dim, w.dpt, ld, false);
+      Gemm(d, nkb, W, vb, v.ld, 1, w.dot, ld, dim, w.dpt, ld, false);
       // dS = scale · P∘(dP − D) [∘(1 − t²)]
-      GradScores(d, w.st, w.dpt, ts.softcap > 0 ? w.tt : nullptr, ld, nkb, W, w.dd + bi * ld, scale);
+      GradScores(d, pt, w.dpt, w.tc ? w.tc + c0 * ld : nullptr, ld, nkb, W, w.dd, scale);
       // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
-      Gemm(d, nkb, Wd, w.st, ld, 1, dor, dp, rows, w.dvt, dp, true);
+      Gemm(d, nkb, Wd, pt, ld, 1, w.dor, dp, rows, w.dvt + c0 * dp, dp, true);
       // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
-      Gemm(d, nkb, Wd, w.dpt, ld, 1, qr, dp, rows, w.dkt, dp, true);
+      Gemm(d, nkb, Wd, w.dpt, ld, 1, w.qr, dp, rows, w.dkt + c0 * dp, dp, true);
       // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
-      Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, dqt, ld, true);
+      Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, w.dqt, ld, true);
     }
-    for (int64_t j = 0; j < nkb; ++j) {
-      if (partial) {
-        std::copy(w.dkt + j * dp, w.dkt + j * dp + dim, partial_k + (c0 + j) * dim);
-        std::copy(w.dvt + j * dp, w.dvt + j * dp + dim, partial_v + (c0 + j) * dim);
-        continue;
-      }
-      const int64_t r = seq.k_start + c0 + j;
-      store_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim, w.dkt + j * dp);
-      store_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim, w.dvt + j * dp);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t x = 0; x < dim; ++x) w.row[x] = w.dqt[x * ld + i];
+      store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
     }
+  }
+  float* partial_k = partial ? partial + ((s * p.heads_q + h) * p.max_k) * dim : nullptr;
+  float* partial_v = partial ? partial_k + p.sequences * p.heads_q * p.max_k * dim : nullptr;
+  for (int64_t j = 0; j < nk; ++j) {
+    if (partial) {
+      std::copy(w.dkt + j * dp, w.dkt + j * dp + dim, partial_k + j * dim);
+      std::copy(w.dvt + j * dp, w.dvt + j * dp + dim, partial_v + j * dim);
+      continue;
+    }
+    const int64_t r = seq.k_start + j;
+    store_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim, w.dkt + j * dp);
+    store_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim, w.dvt + j * dp);
   }
   // Keys past seqlens_k are never visible: zero gradient (the group sum writes them otherwise).
   for (int64_t j = nk; j < seq.k_rows && !partial; ++j) {
     const int64_t r = seq.k_start + j;
     store_zero_row(a.dk.data, a.dk.dtype, a.dk.offset(seq.batch, r, kvh), dim);
     store_zero_row(a.dv.data, a.dv.dtype, a.dv.offset(seq.batch, r, kvh), dim);
-  }
-  for (int64_t qb = 0; qb < nqb; ++qb) {
-    const int64_t r0 = qb * p.block_q, rows = std::min(p.block_q, nq - r0);
-    const float* dqt = w.dqt + qb * dim * ld;
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t x = 0; x < dim; ++x) w.row[x] = dqt[x * ld + i];
-      store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
-    }
   }
 }
 
@@ -429,11 +375,12 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
       std::lock_guard<std::mutex> lock(error_mutex);
       error = std::current_exception();
     }
+    KvCopy held;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
       BackwardScratch w(scratch, p);
-      BackwardItem(a, p, w, it / heads, it % heads, partial);
+      BackwardItem(a, p, w, held, it / heads, it % heads, partial);
     }
     if (partial) {
 #pragma omp for schedule(dynamic, 1)

@@ -82,11 +82,15 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
   const float scale = effective_scale(a);
   const float inf = std::numeric_limits<float>::infinity();
 
-  // Qᵀ, Oᵀ = 0, row state; padded lanes see no key.
+  // Qᵀ, Oᵀ = 0, row state; padded lanes see no key. qmax2: the largest squared norm of the rows,
+  // for the adaptive choice of exact scores.
+  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
+  float qmax2 = 0.0f;
   for (int64_t i = 0; i < W; ++i) {
     if (i < rows) {
       WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
       for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = w.row[x];
+      if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, w.row, dim, 1, dim));
       w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
       w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
     } else {
@@ -118,9 +122,11 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
       // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), then
-      // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs
+      // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs whose
+      // tile has large scores
       ts.c0 = c0;
-      if (p.exact_scores) {
+      const float kmax2 = adaptive ? MaxSquaredNorm(d, k.data + c0 * k.ld, k.ld, nk, dim) : 0.0f;
+      if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
         Gemm(dd, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
         if (transform) TransformScoresExact(dd, w.sd, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);

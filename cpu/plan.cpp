@@ -29,6 +29,9 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
   if (c.threads < 0) throw Error("cpu::Config.threads (" + std::to_string(c.threads) + ") must be >= 0");
+  if (c.scores != ScorePrecision::adaptive && c.scores != ScorePrecision::fp64 && c.scores != ScorePrecision::fp32)
+    throw Error("cpu::Config.scores (" + std::to_string(static_cast<int>(c.scores)) +
+                ") must be ScorePrecision::adaptive, fp64 or fp32");
   Plan p;
   p.dim = a.q.dim;
   p.block_q = c.block_q > 0 ? c.block_q : kDefaultBlockQ;
@@ -42,9 +45,12 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
   p.sequences = nseq;
   p.heads_q = a.q.heads;
+  p.softcap = a.softcap > 0;
   p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim;
-  // 16-bit results round far above the fp32 rounding of S; fp32 ones do not (score-inl.h).
-  p.exact_scores = a.q.dtype == DType::f32;
+  // 16-bit results round far above the fp32 rounding of S; fp32 ones do not at large scores
+  // (score-inl.h, "Exact scores").
+  p.exact_scores = a.q.dtype == DType::f32 && c.scores != ScorePrecision::fp32;
+  p.scores = c.scores;
   p.call_id = g_next_call_id.fetch_add(1);
   return p;
 }
@@ -60,17 +66,18 @@ size_t forward_scratch_floats(const Plan& p) {
   return n;
 }
 
-// Backward, per thread, for one (sequence, query head) with nqb query blocks: Qᵀ,
-// dOᵀ, dQᵀ [d x qpad]; Q, dO row-major [qpad x dpad]; D, LSE, 1/norm, key range (2) [qpad]; tiles S/P, dP/dS
-// and tanh [block_k x qpad], dK, dV [block_k x dpad]; two row buffers [dpad]; with copied k, v
-// (kv.h) their fp32 copy of one key block [block_k x d] each; with exact scores the fp64 S tile
-// [block_k x qpad] (2 floats per double).
+// Backward, per thread, for one (sequence, query head): for the current query block Qᵀ, dOᵀ, dQᵀ
+// [d x qpad], Q, dO row-major [qpad x dpad], D, LSE, 1/norm, key range (2) [qpad]; its P cache
+// (and tanh cache with soft-capping) [kpad x qpad] with kpad = max_k rounded up to block_k; the dP/dS
+// tile [block_k x qpad]; the head's dK, dV accumulators [max_k x dpad]; a row buffer [dpad]; with
+// copied k, v (kv.h) their fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile
+// [block_k x qpad] (2 floats per double). Grows with seqlen_k·(block_q + d), never seqlen_q·seqlen_k.
 size_t backward_scratch_floats(const Plan& p) {
-  const size_t blocks = ceil_div(p.max_q, p.block_q);
-  size_t n = blocks * (3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad);
+  const size_t kpad = round_up(p.max_k, p.block_k);
+  size_t n = 3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad;
+  n += (p.softcap ? 2 : 1) * kpad * p.qpad + p.block_k * p.qpad + 2 * p.max_k * p.dpad + p.dpad;
   if (p.exact_scores) n += 2 * p.block_k * p.qpad;
-  n += 3 * p.block_k * p.qpad + 2 * p.block_k * p.dpad + 2 * p.dpad;
-  if (p.copy_kv) n += 2 * p.block_k * p.dim;
+  if (p.copy_kv) n += 2 * p.max_k * p.dim;
   return n;
 }
 

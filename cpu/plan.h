@@ -45,9 +45,18 @@ struct Plan {
   int64_t sequences = 0; // num_sequences of the call
   int64_t heads_q = 0;   // query heads
   bool copy_kv = false;     // k, v are 16-bit or not contiguous per head: copied to fp32 rows (kv.h)
-  bool exact_scores = false;  // fp32 inputs: S = Q·Kᵀ accumulated in fp64 (score-inl.h, "Exact scores")
+  bool softcap = false;     // soft-capping is on (the backward caches tanh beside P)
+  bool exact_scores = false;  // fp32 inputs: tiles may accumulate S = Q·Kᵀ in fp64 (score-inl.h, "Exact scores")
+  ScorePrecision scores = ScorePrecision::adaptive;  // which tiles do (exact_tile)
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };
+
+// Returns whether a tile of an fp32-input call accumulates its scores in fp64, given a bound on the
+// magnitude of its scores (score_bound; NaN or ∞ for non-finite inputs, which take the fp64 path).
+inline bool exact_tile(const Plan& p, float score_bound) {
+  if (!p.exact_scores || p.scores == ScorePrecision::fp32) return false;
+  return p.scores == ScorePrecision::fp64 || !(score_bound <= kExactScoreBound);
+}
 
 // Returns the plan of a validated call (tile sizes from the config or the defaults).
 Plan make_plan(const ForwardArgs& a, const Config& c);

@@ -9,7 +9,10 @@
 #define FLASHATTN_CPU_SCORE_INL_H_
 #endif
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "hwy/contrib/math/math-inl.h"
@@ -156,12 +159,57 @@ HWY_INLINE void RescaleColumns(D d, float* HWY_RESTRICT acc, int64_t ld, int64_t
   }
 }
 
+// ---- Which tiles need exact scores -----------------------------------------------------------
+// Returns max over rows r in [0, n) of Σ_x a[r·ld + x]² (row r at a + r·ld, dim floats, any
+// alignment), +∞ when it exceeds the float range. Rows holding a NaN or ±∞ are left out: their own
+// results are non-finite whichever path computes them, and leaving them out keeps the choice of
+// path (so the bits of the other rows) what it would be without them.
+template <class D>
+HWY_INLINE float MaxSquaredNorm(D d, const float* HWY_RESTRICT a, int64_t ld, int64_t n, int64_t dim) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  float best = 0.0f;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = a + r * ld;
+    auto acc = hn::Zero(d);
+    int64_t x = 0;
+    for (; x + L <= dim; x += L) {
+      const auto v = hn::LoadU(d, row + x);
+      acc = hn::MulAdd(v, v, acc);
+    }
+    float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+    for (; x < dim; ++x) sum += row[x] * row[x];
+    if (!std::isfinite(sum)) {  // a non-finite element, or finite values whose squares overflow
+      double exact = 0;  // squares of floats cannot overflow a double
+      for (int64_t y = 0; y < dim; ++y) exact += static_cast<double>(row[y]) * row[y];
+      if (!std::isfinite(exact)) continue;
+      sum = std::numeric_limits<float>::infinity();
+    }
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
+// Returns a bound on |S| over the tile rows [ts.r0, r1) x keys [ts.c0, c1): by Cauchy-Schwarz
+// |scale|·Σ_x|q_x·k_x| <= |scale|·‖q‖·‖k‖, which also bounds the fp32 rounding error of S (a multiple
+// of 2^-24 times it), plus the largest ALiBi bias (whose fp32 rounding grows with it). Soft-capping
+// only shrinks errors (tanh' <= 1). qmax2, kmax2: the largest squared row norms (MaxSquaredNorm).
+inline float TileScoreBound(const TileScores& ts, float qmax2, float kmax2, int64_t r1, int64_t c1) {
+  float bound = std::fabs(ts.scale) * std::sqrt(qmax2) * std::sqrt(kmax2);
+  if (ts.slope != 0) {
+    const int64_t near = std::abs(ts.r0 + ts.diag - (c1 - 1)), far = std::abs(r1 - 1 + ts.diag - ts.c0);
+    bound += std::fabs(ts.slope) * static_cast<float>(std::max(near, far));
+  }
+  return bound;
+}
+
 // ---- Exact scores (fp32 inputs) -------------------------------------------------------------
-// For fp32 inputs the raw q·k tile is accumulated in fp64 (Gemm with a double tag: every product of
-// two floats is exact and each addition rounds at 2^-53), so the scores carry no fp32 rounding. This
-// matters because any fp32 dot product errs by ~2^-24·Σ|q_x k_x| in S, i.e. in the exponent: with
-// large scores that error dominates the whole result and is as large as the naive algorithm's own,
-// so a "same-precision" S can never be reliably at least as accurate as the naive one. The passes
+// For fp32 inputs, a tile whose score bound is large (plan.h exact_tile) accumulates its raw q·k
+// tile in fp64 (Gemm with a double tag: every product of two floats is exact and each addition
+// rounds at 2^-53), so the scores carry no fp32 rounding. This matters because any fp32 dot product
+// errs by ~2^-24·Σ|q_x k_x| in S, i.e. in the exponent: with large scores that error dominates the
+// whole result and is as large as the naive algorithm's own, so a "same-precision" S can never be
+// reliably at least as accurate as the naive one. At ordinary magnitudes it is one error among
+// the exp's and the sums', and the tile stays in fp32 (twice the speed). The passes
 // below work on that fp64 tile (row stride ld doubles, lanes as in the fp32 tile) and round once
 // where they leave it: the exponent argument of P, or tanh for the backward.
 

@@ -14,11 +14,25 @@
 
 namespace flashattn::cpu {
 
+// How fp32 inputs accumulate the scores S = Q·Kᵀ (16-bit inputs always use fp32: their outputs
+// round far above its error). An fp32 dot product errs by ~2^-24·Σ|q_x·k_x| in S, an error in the
+// exponent of P: harmless at ordinary score magnitudes, dominant at |S| ~ 1e2..1e4.
+enum class ScorePrecision : uint8_t {
+  adaptive,  // fp32, except tiles whose score bound |scale|·max‖q‖·max‖k‖ (+ ALiBi) exceeds
+             // kExactScoreBound, which accumulate in fp64 (and their rows renormalise in backward)
+  fp64,      // every tile in fp64 (most accurate; fp32 forward ~1.5x slower)
+  fp32,      // never fp64 (fastest; at large scores as wrong as a naive fp32 implementation)
+};
+
+// The score bound above which ScorePrecision::adaptive accumulates a tile's scores in fp64.
+inline constexpr float kExactScoreBound = 64.0f;
+
 struct Config {
   int block_q = 0;     // query rows per tile; 0: chosen from the cache sizes
   int block_k = 0;     // key rows per tile; 0: chosen from the cache sizes
   int threads = 0;     // OpenMP threads; 0: omp_get_max_threads()
   int64_t target = 0;  // one Highway target bit to force (see targets()); 0: best supported
+  ScorePrecision scores = ScorePrecision::adaptive;  // fp32 inputs only (see above)
 };
 
 // A SIMD target compiled into the library and supported by this CPU.
