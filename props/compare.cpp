@@ -58,6 +58,16 @@ Comparison compare(const std::vector<double>& impl, const std::vector<double>& o
                  kFloorUnits * flashattn::unit_roundoff(dtype), max_abs_finite(oracle));
 }
 
+std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
+                                const std::vector<double>& oracle) {
+  std::vector<double> r(a);
+  for (size_t e = 0; e < r.size(); ++e) {
+    const double da = std::fabs(a[e] - oracle[e]), db = std::fabs(b[e] - oracle[e]);
+    if (std::isfinite(db) && (!std::isfinite(da) || db > da)) r[e] = b[e];
+  }
+  return r;
+}
+
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
                        const std::vector<double>& same) {
   return compare(impl.data(), oracle.data(), same.data(), oracle.size(), kLseFactor,

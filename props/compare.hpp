@@ -45,6 +45,13 @@ Comparison compare(const std::vector<double>& impl, const std::vector<double>& o
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
                        const std::vector<double>& same);
 
+// Returns, element by element, whichever of two naive (same-precision) results deviates more from
+// the oracle (finite deviations preferred): the naive error of the rule is the worse of two equally
+// naive summation orders (reference::Precision::same_as_input and _reversed), so it measures the
+// naive algorithm rather than one lucky rounding of it.
+std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
+                                const std::vector<double>& oracle);
+
 // Returns the largest finite |x|.
 double max_abs_finite(const std::vector<double>& x);
 

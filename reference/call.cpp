@@ -40,16 +40,16 @@ Head head_of(const ForwardArgs& a, const Sequence& seq, int64_t h) {
 }
 
 template <class Acc>
-detail::Rounding<Acc> rounding_for(const ForwardArgs& a) {
-  return {sizeof(Acc) == sizeof(float), a.q.dtype};
+detail::Rounding<Acc> rounding_for(const ForwardArgs& a, Precision p) {
+  return {sizeof(Acc) == sizeof(float), a.q.dtype, p == Precision::same_as_input_reversed};
 }
 
 template <class Acc>
-ForwardValues forward_impl(const ForwardArgs& a) {
+ForwardValues forward_impl(const ForwardArgs& a, Precision p) {
   ForwardValues r;
   r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
   r.lse.assign(static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq), 0.0);
-  const auto rnd = rounding_for<Acc>(a);
+  const auto rnd = rounding_for<Acc>(a, p);
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
     for (int64_t h = 0; h < a.q.heads; ++h) {
@@ -71,12 +71,12 @@ ForwardValues forward_impl(const ForwardArgs& a) {
 }
 
 template <class Acc>
-BackwardValues backward_impl(const BackwardArgs& a) {
+BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
   BackwardValues r;
   r.dq.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
   r.dk.assign(static_cast<size_t>(a.k.batch * a.k.seq * a.k.heads * a.k.dim), 0.0);
   r.dv.assign(r.dk.size(), 0.0);
-  const auto rnd = rounding_for<Acc>(a);
+  const auto rnd = rounding_for<Acc>(a, p);
   const int64_t group = a.q.heads / a.k.heads;
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
@@ -84,9 +84,11 @@ BackwardValues backward_impl(const BackwardArgs& a) {
       const int64_t nk = seq.mask.seqlen_k, d = a.q.dim;
       const auto k = gather<Acc>(a.k, seq.batch, seq.k_start, nk, hk);
       const auto v = gather<Acc>(a.v, seq.batch, seq.k_start, nk, hk);
-      // dK and dV of a key head sum the gradients of its query heads, in head order.
+      // dK and dV of a key head sum the gradients of its query heads, in head order (reversed in
+      // the reversed naive variant).
       std::vector<Acc> dk_sum(static_cast<size_t>(nk * d), 0), dv_sum(dk_sum.size(), 0);
-      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+      for (int64_t t = 0; t < group; ++t) {
+        const int64_t h = hk * group + rnd.at(group, t);
         const Head hd = head_of(a, seq, h);
         const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
         const auto dout = gather<Acc>(a.dout, seq.batch, seq.q_start, hd.nq, h);
@@ -136,12 +138,12 @@ std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_r
 
 ForwardValues forward_values(const ForwardArgs& a, Precision p) {
   validate(a);
-  return p == Precision::fp64 ? forward_impl<double>(a) : forward_impl<float>(a);
+  return p == Precision::fp64 ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
 }
 
 BackwardValues backward_values(const BackwardArgs& a, Precision p) {
   validate(a);
-  return p == Precision::fp64 ? backward_impl<double>(a) : backward_impl<float>(a);
+  return p == Precision::fp64 ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
 }
 
 void forward(const ForwardArgs& a, Precision p) {

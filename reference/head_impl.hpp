@@ -14,12 +14,15 @@
 
 namespace flashattn::reference::detail {
 
-// Rounds an intermediate to the dtype a naive implementation would store it in (or not at all).
+// Rounds an intermediate to the dtype a naive implementation would store it in (or not at all),
+// and orders its sums: term t of a sum of n is term at(n, t) (reversed order when `reverse`).
 template <class Acc>
 struct Rounding {
   bool on = false;
   DType dtype = DType::f32;
+  bool reverse = false;
   Acc operator()(Acc x) const { return on ? static_cast<Acc>(round_to(dtype, static_cast<float>(x))) : x; }
+  int64_t at(int64_t n, int64_t t) const { return reverse ? n - 1 - t : t; }
 };
 
 // Materialised intermediates of one head: S after softcap/ALiBi/mask, P, and the capped scores
@@ -44,7 +47,10 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
       // 1. S = (scale · q)·k — as a naive implementation scales q first (FlashAttention's own
       // reference does), so the rounded dot product stays in range where S does.
       Acc dot = 0;
-      for (int64_t x = 0; x < d; ++x) dot += rnd(scale * q[i * d + x]) * k[j * d + x];
+      for (int64_t t = 0; t < d; ++t) {
+        const int64_t x = rnd.at(d, t);
+        dot += rnd(scale * q[i * d + x]) * k[j * d + x];
+      }
       Acc s = rnd(dot);
       // 2. soft-capping: S = c · tanh(S / c)
       if (cap > 0) s = rnd(cap * rnd(std::tanh(rnd(s / cap))));
@@ -68,7 +74,7 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
       continue;
     }
     Acc sum = 0;
-    for (int64_t j = 0; j < nk; ++j) sum += std::exp(t.s[i * nk + j] - m);
+    for (int64_t u = 0; u < nk; ++u) sum += std::exp(t.s[i * nk + rnd.at(nk, u)] - m);
     for (int64_t j = 0; j < nk; ++j) t.p[i * nk + j] = rnd(std::exp(t.s[i * nk + j] - m) / sum);
     lse[i] = m + std::log(sum);
   }
@@ -80,7 +86,10 @@ void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> 
   for (int64_t i = 0; i < h.nq; ++i)
     for (int64_t x = 0; x < h.d; ++x) {
       Acc o = 0;
-      for (int64_t j = 0; j < h.nk; ++j) o += t.p[i * h.nk + j] * v[j * h.d + x];
+      for (int64_t u = 0; u < h.nk; ++u) {
+        const int64_t j = rnd.at(h.nk, u);
+        o += t.p[i * h.nk + j] * v[j * h.d + x];
+      }
       out[i * h.d + x] = rnd(o);
     }
 }
@@ -104,14 +113,14 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
   // 1. D = rowsum(dO ∘ O)
   for (int64_t i = 0; i < nq; ++i) {
     Acc s = 0;
-    for (int64_t x = 0; x < d; ++x) s += dout[i * d + x] * out[i * d + x];
+    for (int64_t u = 0; u < d; ++u) s += dout[i * d + rnd.at(d, u)] * out[i * d + rnd.at(d, u)];
     delta[i] = s;
   }
   // 2. dV = Pᵀ dO
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < d; ++x) {
       Acc s = 0;
-      for (int64_t i = 0; i < nq; ++i) s += t.p[i * nk + j] * dout[i * d + x];
+      for (int64_t u = 0; u < nq; ++u) s += t.p[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * d + x];
       dv[j * d + x] = rnd(s);
     }
   // 3. dP = dO Vᵀ, 4. dS = P ∘ (dP − D), times the softcap derivative 1 − tanh² = 1 − (capped/c)².
@@ -124,7 +133,7 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
         continue;
       }
       Acc dp = 0;
-      for (int64_t x = 0; x < d; ++x) dp += dout[i * d + x] * v[j * d + x];
+      for (int64_t u = 0; u < d; ++u) dp += dout[i * d + rnd.at(d, u)] * v[j * d + rnd.at(d, u)];
       Acc g = rnd(p * (rnd(dp) - delta[i]));
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;
@@ -137,13 +146,13 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
   for (int64_t i = 0; i < nq; ++i)
     for (int64_t x = 0; x < d; ++x) {
       Acc s = 0;
-      for (int64_t j = 0; j < nk; ++j) s += ds[i * nk + j] * k[j * d + x];
+      for (int64_t u = 0; u < nk; ++u) s += ds[i * nk + rnd.at(nk, u)] * k[rnd.at(nk, u) * d + x];
       dq[i * d + x] = rnd(scale * rnd(s));
     }
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < d; ++x) {
       Acc s = 0;
-      for (int64_t i = 0; i < nq; ++i) s += ds[i * nk + j] * q[i * d + x];
+      for (int64_t u = 0; u < nq; ++u) s += ds[rnd.at(nq, u) * nk + j] * q[rnd.at(nq, u) * d + x];
       dk[j * d + x] = rnd(scale * rnd(s));
     }
 }

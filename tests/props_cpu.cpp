@@ -1,7 +1,8 @@
 // Property runner for flashattn::cpu. Registers one implementation per compiled Highway target
 // this CPU supports, with the default tiles and with tiny tiles (forced so that small cases cross
 // tile boundaries, partial vectors and key-block tails), each with an odd thread count on the tiny
-// variant. Every registered implementation then runs the shared cross-check properties.
+// variant, and the best target with exact scores on every tile (ScorePrecision::fp64). Every
+// registered implementation then runs the shared cross-check properties.
 #include <cstring>
 #include <string>
 
@@ -36,15 +37,18 @@ constexpr int kTinyThreads = 3;
 constexpr int kTinyBlockQ = 3;
 constexpr int kTinyBlockK = 5;
 
-props::Implementation cpu_implementation(const flashattn::cpu::Target& t, bool tiny) {
+props::Implementation cpu_implementation(const flashattn::cpu::Target& t, bool tiny,
+                                         flashattn::cpu::ScorePrecision scores = flashattn::cpu::ScorePrecision::adaptive) {
   flashattn::cpu::Config c;
   c.target = t.bit;
+  c.scores = scores;
   if (tiny) {
     c.block_q = kTinyBlockQ;
     c.block_k = kTinyBlockK;
     c.threads = kTinyThreads;
   }
-  return {"cpu-" + t.name + (tiny ? "-tiny" : ""),
+  const bool fp64 = scores == flashattn::cpu::ScorePrecision::fp64;
+  return {"cpu-" + t.name + (tiny ? "-tiny" : "") + (fp64 ? "-fp64-scores" : ""),
           [c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); },
           [c](const flashattn::BackwardArgs& a) { flashattn::cpu::backward(a, c); },
           {}};
@@ -57,5 +61,8 @@ int main(int argc, char** argv) {
     props::add(cpu_implementation(t, false));
     props::add(cpu_implementation(t, true));
   }
+  // Exact (fp64) scores on every tile, on the best target: the adaptive default takes that path
+  // only for tiles with large scores.
+  props::add(cpu_implementation(flashattn::cpu::targets().front(), false, flashattn::cpu::ScorePrecision::fp64));
   return props::run(argc, argv);
 }

@@ -149,5 +149,41 @@ TEST_CASE("cpu: bad configs throw flashattn::Error before writing anything") {
   flashattn::cpu::Config bad_threads;
   bad_threads.threads = -1;
   CHECK(error_of(bad_threads).find("cpu::Config.threads (-1)") != std::string::npos);
+  flashattn::cpu::Config bad_scores;
+  bad_scores.scores = static_cast<flashattn::cpu::ScorePrecision>(7);
+  CHECK(error_of(bad_scores).find("cpu::Config.scores (7)") != std::string::npos);
   CHECK(props_cpu::view_bits(inst.out()) == before);
+}
+
+// Runs the CPU forward and backward of case c with `scores` and returns the bits of out, dq, dk, dv.
+std::vector<uint32_t> result_bits(const Case& c, flashattn::cpu::ScorePrecision scores) {
+  props::Instance inst(c);
+  flashattn::cpu::Config cfg;
+  cfg.scores = scores;
+  flashattn::cpu::forward(inst.forward_args(), cfg);
+  std::vector<uint32_t> r = props_cpu::view_bits(inst.out());
+  flashattn::cpu::backward(inst.backward_args(), cfg);
+  for (const flashattn::Tensor* t : {&inst.dq(), &inst.dk(), &inst.dv()}) {
+    const std::vector<uint32_t> b = props_cpu::view_bits(*t);
+    r.insert(r.end(), b.begin(), b.end());
+  }
+  return r;
+}
+
+TEST_CASE("cpu: adaptive scores take the fp64 path exactly where the score bound is large") {
+  using flashattn::cpu::ScorePrecision;
+  // |S| ~ 1e3: every tile's bound is far above kExactScoreBound, so adaptive = fp64, bit for bit.
+  Case large = base(70, 150, 64, DType::f32);
+  large.values = props::Values::large;
+  CHECK(result_bits(large, ScorePrecision::adaptive) == result_bits(large, ScorePrecision::fp64));
+  CHECK(result_bits(large, ScorePrecision::adaptive) != result_bits(large, ScorePrecision::fp32));
+  // Unit-variance q, k with the default scale 1/sqrt(d): bound ~ 10, far below it, so adaptive's
+  // forward equals fp32's (its backward still self-normalises, so only out is compared).
+  Case normal = base(70, 150, 64, DType::f32);
+  const size_t out_elems = static_cast<size_t>(70 * 64);
+  const std::vector<uint32_t> a = result_bits(normal, ScorePrecision::adaptive);
+  const std::vector<uint32_t> f = result_bits(normal, ScorePrecision::fp32);
+  const std::vector<uint32_t> e = result_bits(normal, ScorePrecision::fp64);
+  CHECK(std::vector<uint32_t>(a.begin(), a.begin() + out_elems) == std::vector<uint32_t>(f.begin(), f.begin() + out_elems));
+  CHECK(std::vector<uint32_t>(a.begin(), a.begin() + out_elems) != std::vector<uint32_t>(e.begin(), e.begin() + out_elems));
 }

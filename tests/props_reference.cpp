@@ -18,5 +18,9 @@ int main(int argc, char** argv) {
   props::add({"reference-same-precision",
               [](const ForwardArgs& a) { flashattn::reference::forward(a, Precision::same_as_input); },
               [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input); }, {}});
+  props::add({"reference-same-precision-reversed",
+              [](const ForwardArgs& a) { flashattn::reference::forward(a, Precision::same_as_input_reversed); },
+              [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input_reversed); },
+              {}});
   return props::run(argc, argv);
 }

@@ -14,8 +14,11 @@
 namespace flashattn::reference {
 
 enum class Precision : uint8_t {
-  fp64,           // fp64 accumulation and intermediates (the oracle)
-  same_as_input,  // fp32 accumulation, intermediates rounded to the input dtype
+  fp64,                    // fp64 accumulation and intermediates (the oracle)
+  same_as_input,           // fp32 accumulation, intermediates rounded to the input dtype
+  same_as_input_reversed,  // the same with every sum taken in reverse order: another, equally
+                           // naive implementation (tests take the worse of the two as the error
+                           // of "the naive algorithm", not one lucky rounding of it)
 };
 
 // One (batch, head) problem, dense row-major fp64: q [nq x d], k and v [nk x d].
