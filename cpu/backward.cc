@@ -58,6 +58,7 @@ struct BackwardScratch {
   float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
   float* row;     // [dpad]
   float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
+  float* knorm;   // [max_k] squared norms of the head's key rows (adaptive exact scores, else null)
 
   BackwardScratch(float* s, const Plan& p) {
     const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad, kpad = round_up(p.max_k, p.block_k);
@@ -83,6 +84,7 @@ struct BackwardScratch {
     dvt = dkt + p.max_k * p.dpad;
     row = dvt + p.max_k * p.dpad;
     kv = row + p.dpad;
+    knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
   }
 };
 
@@ -97,7 +99,7 @@ HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk,
     const auto m = hn::Load(d, lse + w);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      hn::Store(ExpKeepNaN(d, hn::MulSub(hn::Load(d, s), sc, m)), d, s);
+      hn::Store(FastExp(d, hn::MulSub(hn::Load(d, s), sc, m)), d, s);
     }
   }
 }
@@ -114,7 +116,7 @@ HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HW
     const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
     for (int64_t j = 0; j < nk; ++j) {
       const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m));
-      hn::Store(ExpKeepNaN(df, x), df, st + j * ld + w);
+      hn::Store(FastExp(df, x), df, st + j * ld + w);
     }
   }
 }
@@ -174,6 +176,12 @@ float PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, con
   const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
   const float inf = std::numeric_limits<float>::infinity();
   float qmax2 = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = seq.q_start + r0 + i;
+    prefetch_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim);
+    prefetch_row(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim);
+    prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim);
+  }
   for (int64_t i = 0; i < ld; ++i) {
     float* qi = w.qr + i * dp;
     float* doi = w.dor + i * dp;
@@ -235,6 +243,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
 
   Rows k, v;  // keys [0, nk) of the head
   if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+  if (adaptive && nk > 0) RowSquaredNorms(d, k.data, k.ld, nk, dim, w.knorm);
   std::fill(w.dkt, w.dkt + nk * dp, 0.0f);
   std::fill(w.dvt, w.dvt + nk * dp, 0.0f);
   TileScores ts;
@@ -264,7 +273,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       float* tt = w.tc ? w.tc + c0 * ld : nullptr;
       const float* kb = k.data + c0 * k.ld;
       ts.c0 = c0;
-      const float kmax2 = adaptive ? MaxSquaredNorm(d, kb, k.ld, nkb, dim) : 0.0f;
+      const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f;
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
         Gemm(dd, nkb, W, kb, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
         if (transform) TransformScoresExact(dd, w.sd, ld, nkb, W, ts, tt);

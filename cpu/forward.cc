@@ -41,10 +41,12 @@ struct ForwardScratch {
   float* m;       // [qpad] running row max
   float* l;       // [qpad] running row sum
   float* alpha;   // [qpad] rescale factor of the last step
+  float* tmax;    // [qpad] row max of the raw scores of the current tile (from the S product)
   int32_t* kbeg;  // [qpad] first visible key per row
   int32_t* kend;  // [qpad] one past the last visible key per row
   float* row;     // [dpad] one row in fp32
   float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
+  float* knorm;   // [max_k] squared norms of one head's key rows (adaptive exact scores, else null)
 
   ForwardScratch(float* s, const Plan& p) {
     sd = nullptr;
@@ -58,15 +60,23 @@ struct ForwardScratch {
     m = st + p.block_k * p.qpad;
     l = m + p.qpad;
     alpha = l + p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(alpha + p.qpad);
+    tmax = alpha + p.qpad;
+    kbeg = reinterpret_cast<int32_t*>(tmax + p.qpad);
     kend = kbeg + p.qpad;
     row = reinterpret_cast<float*>(kend + p.qpad);
     kv = row + p.dpad;
+    knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
   }
 };
 
+// What one thread keeps from item to item: which head's k, v its fp32 copy holds, and which head's
+// key norms w.knorm holds.
+struct HeadState {
+  KvCopy kv, norms;
+};
+
 // Computes rows [r0, r0 + block_q) of query head h of sequence s.
-void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy& held, int64_t s,
+void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadState& held, int64_t s,
                  int64_t h, int64_t qb) {
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
@@ -86,6 +96,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
   // for the adaptive choice of exact scores.
   const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   float qmax2 = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) prefetch_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim);
   for (int64_t i = 0; i < W; ++i) {
     if (i < rows) {
       WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
@@ -97,15 +108,22 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
       for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = 0.0f;
       w.kbeg[i] = w.kend[i] = 0;
     }
-    for (int64_t x = 0; x < dim; ++x) w.ot[x * ld + i] = 0.0f;
     w.m[i] = -inf;
     w.l[i] = 0.0f;
+  }
+  for (int64_t x = 0; x < dim; ++x) {
+    for (int64_t i = 0; i < W; i += L) hn::Store(hn::Zero(d), d, w.ot + x * ld + i);
   }
 
   const int64_t key_lo = mask.rows_key_begin(r0), key_hi = mask.rows_key_end(r1);
   if (key_lo < key_hi) {
     Rows k, v;
-    head_kv(a, p, seq, kv_head(h, a.q.heads, a.k.heads), w.kv, held, k, v, WidenRow);
+    const int64_t kvh = kv_head(h, a.q.heads, a.k.heads);
+    head_kv(a, p, seq, kvh, w.kv, held.kv, k, v, WidenRow);
+    if (adaptive && (held.norms.call_id != p.call_id || held.norms.sequence != seq.index || held.norms.head != kvh)) {
+      RowSquaredNorms(d, k.data, k.ld, mask.seqlen_k, dim, w.knorm);
+      held.norms = {p.call_id, seq.index, kvh};
+    }
     TileScores ts;
     ts.scale = scale;
     ts.r0 = r0;
@@ -125,17 +143,20 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
       // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs whose
       // tile has large scores
       ts.c0 = c0;
-      const float kmax2 = adaptive ? MaxSquaredNorm(d, k.data + c0 * k.ld, k.ld, nk, dim) : 0.0f;
+      const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nk) : 0.0f;
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
         Gemm(dd, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
         if (transform) TransformScoresExact(dd, w.sd, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);
         OnlineSoftmaxExact(dd, w.sd, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
       } else {
-        Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false);
+        // A full tile of plain scores takes its row max from the product's registers.
+        float* tmax = !transform && kind == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
+        if (tmax) std::fill(tmax, tmax + W, -inf);
+        Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false, tmax);
         if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
-        OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
+        OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
       }
       // O ·= α
       RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
@@ -144,14 +165,24 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, KvCopy&
     }
   }
 
+  for (int64_t i = 0; i < rows; ++i) {
+    prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, true);
+  }
   // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞. A row whose sum is
   // NaN read a NaN (or inf − inf) score: O and LSE are NaN, never a plausible finite value.
+  for (int64_t i = 0; i < W; i += L) {
+    const auto l = hn::Load(d, w.l + i);
+    const auto seen = hn::Or(hn::Gt(l, hn::Zero(d)), hn::IsNaN(l));
+    for (int64_t x = 0; x < dim; ++x) {
+      float* o = w.ot + x * ld + i;
+      hn::Store(hn::IfThenElseZero(seen, hn::Div(hn::Load(d, o), l)), d, o);
+    }
+  }
   for (int64_t i = 0; i < rows; ++i) {
-    const float l = w.l[i];
-    const bool poisoned = std::isnan(l);
-    for (int64_t x = 0; x < dim; ++x) w.row[x] = l > 0 || poisoned ? w.ot[x * ld + i] / l : 0.0f;
+    for (int64_t x = 0; x < dim; ++x) w.row[x] = w.ot[x * ld + i];
     store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
-    if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 || poisoned ? w.m[i] + std::log(l) : -inf;
+    const float l = w.l[i];
+    if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 || std::isnan(l) ? w.m[i] + std::log(l) : -inf;
   }
 }
 
@@ -176,12 +207,14 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
       std::lock_guard<std::mutex> lock(error_mutex);
       error = std::current_exception();
     }
-    KvCopy held;
+    HeadState held;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
       ForwardScratch w(scratch, p);
-      const int64_t qb = it % nqb, h = (it / nqb) % heads, s = it / (nqb * heads);
+      // Within a head the last query blocks come first: with a causal mask they see the most keys,
+      // so the cheapest items end the loop and the threads finish together.
+      const int64_t qb = nqb - 1 - it % nqb, h = (it / nqb) % heads, s = it / (nqb * heads);
       ForwardItem(a, p, w, held, s, h, qb);
     }
   }

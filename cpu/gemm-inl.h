@@ -49,11 +49,12 @@ constexpr int kRowsA = 4;
 constexpr int kVecsB = 2;
 #endif
 
-// One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors].
+// One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors]; then, when
+// col_max is set, col_max[NV vectors] = max(col_max, max over the MA rows of C).
 template <int MA, int NV, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t sb,
                           const float* HWY_RESTRICT B, int64_t ldb, int64_t nb, T* HWY_RESTRICT C,
-                          int64_t ldc, bool accumulate) {
+                          int64_t ldc, bool accumulate, T* HWY_RESTRICT col_max) {
   using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   V acc[MA][NV];
@@ -74,43 +75,60 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   for (int r = 0; r < MA; ++r) {
     for (int v = 0; v < NV; ++v) hn::Store(acc[r][v], d, C + r * ldc + v * L);
   }
+  if (col_max) {
+    for (int v = 0; v < NV; ++v) {
+      V m = hn::Load(d, col_max + v * L);
+      for (int r = 0; r < MA; ++r) m = hn::Max(m, acc[r][v]);
+      hn::Store(m, d, col_max + v * L);
+    }
+  }
 }
 
 // Runs the rows [0, na) of one column panel of NV vectors, kRowsA rows at a time.
 template <int NV, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t sb, const float* B,
-                          int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate) {
+                          int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate, T* col_max) {
   int64_t a = 0;
   for (; a + kRowsA <= na; a += kRowsA) {
-    GemmBlock<kRowsA, NV>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate);
+    GemmBlock<kRowsA, NV>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate, col_max);
   }
   const float* At = A + a * sa;
   T* Ct = C + a * ldc;
   switch (na - a) {
-    case 1: GemmBlock<1, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
-    case 2: GemmBlock<2, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
-    case 3: GemmBlock<3, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
-    case 4: GemmBlock<4, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
-    case 5: GemmBlock<5, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate); break;
+    case 1: GemmBlock<1, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 2: GemmBlock<2, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 3: GemmBlock<3, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 4: GemmBlock<4, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 5: GemmBlock<5, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
     default: break;  // 0 left (kRowsA <= 6)
   }
   static_assert(kRowsA <= 6, "the tail switch covers at most 5 leftover rows");
 }
 
 // C[na x W] (+)= A(na x nb) · B[nb x W]; W a multiple of Lanes(d); ldb in floats, ldc in T.
-// With accumulate == false C is overwritten (nb may be 0: C becomes 0).
+// With accumulate == false C is overwritten (nb may be 0: C becomes 0). When col_max is set (W
+// values, vector-aligned) it becomes max(col_max, max over the na rows of C): the row max of a
+// transposed score tile, taken from the registers instead of another sweep over the tile.
 template <class D, typename T = hn::TFromD<D>>
 HWY_NOINLINE void Gemm(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
-                       const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate) {
+                       const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate,
+                       T* col_max = nullptr) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t nvec = W / L;
   int64_t v = 0;
   for (; v + kVecsB <= nvec; v += kVecsB) {
-    GemmPanel<kVecsB>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate);
+    GemmPanel<kVecsB>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate,
+                      col_max ? col_max + v * L : nullptr);
   }
-  for (; v < nvec; ++v) {
-    GemmPanel<1>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate);
+  // The last 1..kVecsB-1 vectors as one panel: wider panels load each broadcast once for more FMAs.
+  T* const cm = col_max ? col_max + v * L : nullptr;
+  switch (nvec - v) {
+    case 1: GemmPanel<1>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    case 2: GemmPanel<2>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    case 3: GemmPanel<3>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    default: break;  // 0 left (kVecsB <= 4)
   }
+  static_assert(kVecsB <= 4, "the tail switch covers at most 3 leftover vectors");
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

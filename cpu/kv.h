@@ -41,7 +41,12 @@ inline void head_kv(const ForwardArgs& a, const Plan& p, const Sequence& seq, in
   float* kc = copy;
   float* vc = copy + p.max_k * p.dim;
   if (held.call_id != p.call_id || held.sequence != seq.index || held.head != kvh) {
+    constexpr int64_t kAhead = 8;  // rows prefetched ahead of the copy (strided rows defeat the hardware prefetcher)
     for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
+      if (j + kAhead < seq.mask.seqlen_k) {
+        prefetch_row(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j + kAhead, kvh), p.dim);
+        prefetch_row(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j + kAhead, kvh), p.dim);
+      }
       widen(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), p.dim, kc + j * p.dim);
       widen(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), p.dim, vc + j * p.dim);
     }

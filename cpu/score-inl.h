@@ -18,20 +18,15 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
+#include "exp-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Returns exp(x) lane-wise with NaN lanes kept NaN. Highway's Exp returns 0 for NaN (which would
-// turn a NaN score into a silently finite row) and on the emulated targets converts NaN to an
-// integer (undefined behaviour); NaN lanes are kept out of it. Same value as Exp elsewhere.
-template <class D, class V>
-HWY_INLINE V ExpKeepNaN(D d, V x) {
-  const auto nan = hn::IsNaN(x);
-  return hn::IfThenElse(nan, x, hn::Exp(d, hn::IfThenZeroElse(nan, x)));
-}
-
-// Returns tanh(x) lane-wise with NaN lanes kept NaN (as ExpKeepNaN).
+// Returns tanh(x) lane-wise with NaN lanes kept NaN. Highway's Tanh goes through its Exp, which
+// returns 0 for NaN (turning a NaN score into a silently finite row) and on the emulated targets
+// converts NaN to an integer (undefined behaviour); NaN lanes are kept out of it.
 template <class D, class V>
 HWY_INLINE V TanhKeepNaN(D d, V x) {
   const auto nan = hn::IsNaN(x);
@@ -115,24 +110,30 @@ HWY_INLINE void MaskScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, 
 // rounded once (fused), l' = l·exp(m − m') + Σ_j P. Overwrites st with P and writes
 // alpha = exp(m − m'), the factor the output accumulator must be rescaled by. A row that has seen
 // only −∞ keeps m = −∞ and uses 0 in place of m' (the explicit max == −∞ guard), so it gets P = 0 and
-// alpha = 0, never NaN.
+// alpha = 0, never NaN. raw_max (optional, only for scale > 0): max_j st per row, taken by the S
+// product (Gemm's col_max); the max sweep is then skipped (rounding is monotonic, so
+// max_j rnd(scale·st) = rnd(scale·max_j st)).
 template <class D>
 HWY_INLINE void OnlineSoftmax(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk, int64_t W, float scale,
                               float* HWY_RESTRICT row_max, float* HWY_RESTRICT row_sum,
-                              float* HWY_RESTRICT alpha) {
+                              float* HWY_RESTRICT alpha, const float* HWY_RESTRICT raw_max = nullptr) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
   const auto sc = hn::Set(d, scale);
   for (int64_t w = 0; w < W; w += L) {
     const auto m_old = hn::Load(d, row_max + w);
     auto m_new = m_old;
-    for (int64_t j = 0; j < nk; ++j) m_new = hn::Max(m_new, hn::Mul(hn::Load(d, st + j * ld + w), sc));
+    if (raw_max) {
+      m_new = hn::Max(m_new, hn::Mul(hn::Load(d, raw_max + w), sc));
+    } else {
+      for (int64_t j = 0; j < nk; ++j) m_new = hn::Max(m_new, hn::Mul(hn::Load(d, st + j * ld + w), sc));
+    }
     const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-    const auto a = ExpKeepNaN(d, hn::Sub(m_old, m_use));
+    const auto a = FastExp(d, hn::Sub(m_old, m_use));
     auto sum = hn::Zero(d);
     for (int64_t j = 0; j < nk; ++j) {
       float* s = st + j * ld + w;
-      const auto pv = ExpKeepNaN(d, hn::MulSub(hn::Load(d, s), sc, m_use));
+      const auto pv = FastExp(d, hn::MulSub(hn::Load(d, s), sc, m_use));
       hn::Store(pv, d, s);
       sum = hn::Add(sum, pv);
     }
@@ -187,6 +188,22 @@ HWY_INLINE float MaxSquaredNorm(D d, const float* HWY_RESTRICT a, int64_t ld, in
     best = std::max(best, sum);
   }
   return best;
+}
+
+// Writes norm2[r] = Σ_x a[r·ld + x]² for rows r in [0, n), each as MaxSquaredNorm of that one row
+// (0 for a row holding NaN/±∞, +∞ when finite values overflow): computed once per head, so each
+// tile's bound is a max over its key range (MaxOf) instead of another pass over K.
+template <class D>
+HWY_INLINE void RowSquaredNorms(D d, const float* HWY_RESTRICT a, int64_t ld, int64_t n, int64_t dim,
+                                float* HWY_RESTRICT norm2) {
+  for (int64_t r = 0; r < n; ++r) norm2[r] = MaxSquaredNorm(d, a + r * ld, ld, 1, dim);
+}
+
+// Returns max(v[0, n)), or 0 for n == 0 (values are squared norms, >= 0).
+inline float MaxOf(const float* HWY_RESTRICT v, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, v[i]);
+  return m;
 }
 
 // Returns a bound on |S| over the tile rows [ts.r0, r1) x keys [ts.c0, c1): by Cauchy-Schwarz
@@ -280,12 +297,12 @@ HWY_INLINE void OnlineSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* 
     for (int64_t j = 0; j < nk; ++j) mx = hn::Max(mx, hn::Mul(hn::Load(dd, sd + j * ld + w), sc));
     const auto m_new = hn::Max(m_old, hn::DemoteTo(df, mx));
     const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);
-    const auto a = ExpKeepNaN(df, hn::Sub(m_old, m_use));
+    const auto a = FastExp(df, hn::Sub(m_old, m_use));
     const auto mu = hn::PromoteTo(dd, m_use);
     auto sum = hn::Zero(df);
     for (int64_t j = 0; j < nk; ++j) {
       const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, mu));
-      const auto pv = ExpKeepNaN(df, x);
+      const auto pv = FastExp(df, x);
       hn::Store(pv, df, st + j * ld + w);
       sum = hn::Add(sum, pv);
     }

@@ -9,3 +9,15 @@ if(TARGET flashattn::cpu AND TARGET flashattn_props AND COMMAND flashattn_props_
     LIBRARIES flashattn::cpu
     LABELS cpu)
 endif()
+
+# flashattn_cpu_kernels: doctest unit tests of the CPU backend's internal SIMD helpers, each run on
+# every compiled Highway target this machine supports (same flags as the library, so the same
+# HWY_TARGETS and dispatch-table layout).
+if(TARGET flashattn::cpu)
+  find_package(hwy 1.0.3 CONFIG REQUIRED)
+  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_exp.cpp)
+  target_include_directories(flashattn_cpu_kernels PRIVATE ${PROJECT_SOURCE_DIR}/cpu ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(flashattn_cpu_kernels PRIVATE flashattn::cpu hwy::hwy doctest::doctest)
+  target_compile_options(flashattn_cpu_kernels PRIVATE -Wall -Wextra)
+  doctest_discover_tests(flashattn_cpu_kernels TEST_PREFIX "cpu-kernels/")
+endif()

@@ -1,0 +1,114 @@
+// FastExp (cpu/exp-inl.h), the exp every softmax score and recomputed P goes through, checked
+// against fp64 exp on every compiled Highway target this CPU supports: the error bound its
+// comment states, on a sample of every float of its range, and its results outside the range
+// (0 below, +∞ above, NaN kept).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "unit_cpu_exp.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "exp-inl.h"
+
+// Defined once (this file is compiled once per target).
+#ifndef FLASHATTN_TEST_EXP_REPORT_
+#define FLASHATTN_TEST_EXP_REPORT_
+namespace flashattn_test {
+// What one target's FastExp did.
+struct ExpReport {
+  double max_ulp = 0;        // worst error in units of the last place of the fp64 result
+  float worst_x = 0;         // where
+  int64_t checked = 0;       // arguments compared
+  int special_failures = 0;  // special arguments with a wrong result
+};
+}  // namespace flashattn_test
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace flashattn_test::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace fc = ::flashattn::cpu::HWY_NAMESPACE;
+
+// Returns the error of `got` against `want` in ulp of `want` as an fp32 (normal range).
+double UlpError(float got, double want) {
+  int e = 0;
+  std::frexp(want, &e);
+  return std::fabs(static_cast<double>(got) - want) / std::ldexp(1.0, e - 24);
+}
+
+// Returns whether a and b are the same value (NaN equals NaN).
+bool Same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// Compares FastExp with fp64 exp on every `stride`-th float of [kFastExpMin, kFastExpMax] (both
+// signs walked outwards from ±0), and on the special arguments.
+ExpReport CheckFastExp(uint32_t stride) {
+  const hn::ScalableTag<float> d;
+  const size_t L = hn::Lanes(d);
+  HWY_ALIGN float in[hn::MaxLanes(d)];
+  HWY_ALIGN float out[hn::MaxLanes(d)];
+  ExpReport r;
+  for (const uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t bits = 0;; bits += stride * static_cast<uint32_t>(L)) {
+      for (size_t k = 0; k < L; ++k) {
+        const uint32_t b = sign | (bits + stride * static_cast<uint32_t>(k));
+        std::memcpy(&in[k], &b, sizeof(float));
+      }
+      hn::Store(fc::FastExp(d, hn::Load(d, in)), d, out);
+      bool past = false;
+      for (size_t k = 0; k < L; ++k) {
+        if (!(in[k] >= fc::kFastExpMin && in[k] <= fc::kFastExpMax)) {
+          past = true;
+          continue;
+        }
+        const double want = std::exp(static_cast<double>(in[k]));
+        const double err = UlpError(out[k], want);
+        ++r.checked;
+        if (err > r.max_ulp) {
+          r.max_ulp = err;
+          r.worst_x = in[k];
+        }
+      }
+      if (past) break;
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float args[] = {nan, -inf, inf, -1000.0f, -87.31f, 88.31f, 1000.0f, 0.0f, -0.0f};
+  const float want[] = {nan, 0.0f, inf, 0.0f, 0.0f, inf, inf, 1.0f, 1.0f};
+  for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); ++i) {
+    for (size_t k = 0; k < L; ++k) in[k] = args[i];
+    hn::Store(fc::FastExp(d, hn::Load(d, in)), d, out);
+    for (size_t k = 0; k < L; ++k) r.special_failures += Same(out[k], want[i]) ? 0 : 1;
+  }
+  return r;
+}
+
+}  // namespace flashattn_test::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <doctest/doctest.h>
+
+#include "flashattn/cpu.hpp"
+#include "plan.h"
+
+namespace flashattn_test {
+HWY_EXPORT(CheckFastExp);
+
+TEST_CASE("cpu FastExp: within 1.01 ulp of fp64 exp on its range, 0 / inf / NaN outside, on every target") {
+  constexpr uint32_t kStride = 61;  // ~37 million arguments per target; the bound was set exhaustively
+  for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
+    const ExpReport r = HWY_DISPATCH_TABLE(CheckFastExp)[flashattn::cpu::detail::dispatch_index(t.bit)](kStride);
+    INFO("target ", t.name, ": ", r.checked, " arguments, worst ", r.max_ulp, " ulp at x = ", r.worst_x);
+    CHECK(r.checked > 30000000);
+    CHECK(r.max_ulp <= 1.01);
+    CHECK(r.special_failures == 0);
+  }
+}
+
+}  // namespace flashattn_test
+#endif  // HWY_ONCE
