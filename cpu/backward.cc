@@ -28,6 +28,7 @@
 
 #include "gemm-inl.h"
 #include "score-inl.h"
+#include "transpose-inl.h"
 #include "widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -43,7 +44,7 @@ struct BackwardScratch {
   double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
   float* qt;      // [d x qpad] Qᵀ
   float* dot;     // [d x qpad] dOᵀ
-  float* dqt;     // [d x qpad] dQᵀ accumulator (fp32)
+  float* dqt;     // [dpad x qpad] dQᵀ accumulator (fp32; rows past d stay 0)
   float* qr;      // [qpad x dpad] Q, rows zero-padded to dpad
   float* dor;     // [qpad x dpad] dO
   float* dd;      // [qpad] D = rowsum(dO∘O)
@@ -70,7 +71,7 @@ struct BackwardScratch {
     qt = s;
     dot = qt + tq;
     dqt = dot + tq;
-    qr = dqt + tq;
+    qr = dqt + p.dpad * p.qpad;
     dor = qr + tr;
     dd = dor + tr;
     lse = dd + p.qpad;
@@ -204,12 +205,10 @@ float PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, con
     }
     for (int64_t x = dim; x < dp; ++x) qi[x] = doi[x] = 0.0f;
     w.dd[i] = dsum;
-    for (int64_t x = 0; x < dim; ++x) {
-      w.qt[x * ld + i] = qi[x];
-      w.dot[x * ld + i] = doi[x];
-      w.dqt[x * ld + i] = 0.0f;
-    }
   }
+  Transpose(d, w.qr, dp, ld, dim, w.qt, ld);
+  Transpose(d, w.dor, dp, ld, dim, w.dot, ld);
+  std::fill(w.dqt, w.dqt + dp * ld, 0.0f);
   return qmax2;
 }
 
@@ -310,9 +309,9 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
       Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, w.dqt, ld, true);
     }
+    Transpose(d, w.dqt, ld, dp, W, w.qr, dp);  // dQ rows, over Q's (done with)
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t x = 0; x < dim; ++x) w.row[x] = w.dqt[x * ld + i];
-      store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
+      store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.qr + i * dp);
     }
   }
   float* partial_k = partial ? partial + ((s * p.heads_q + h) * p.max_k) * dim : nullptr;

@@ -32,7 +32,7 @@ constexpr float kFastExpMax = 88.3f;
 // r = x − n·ln 2 (Cody-Waite: ln 2 split in two constants so n·C1 is exact), |r| <= ln2/2, e^r from
 // Cephes' expf polynomial (degree 7). Error against fp64 exp: at most 1.01 ulp for every float in
 // [kFastExpMin, kFastExpMax] (checked exhaustively on the AVX3, SSSE3 and SCALAR targets;
-// tests/unit_cpu_exp.cpp samples it on every compiled target), as Highway's Exp. Returns 0 below
+// tests/unit_cpu_simd.cpp samples it on every compiled target), as Highway's Exp. Returns 0 below
 // that range (−∞ included), +∞ above it, NaN for NaN.
 template <class D>
 HWY_INLINE hn::Vec<D> FastExp(D d, hn::Vec<D> x) {

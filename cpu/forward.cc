@@ -23,6 +23,7 @@
 
 #include "gemm-inl.h"
 #include "score-inl.h"
+#include "transpose-inl.h"
 #include "widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -36,7 +37,7 @@ namespace {
 struct ForwardScratch {
   double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
   float* qt;      // [d x qpad] Qᵀ
-  float* ot;      // [d x qpad] Oᵀ accumulator
+  float* ot;      // [dpad x qpad] Oᵀ accumulator (rows past d stay 0)
   float* st;      // [block_k x qpad] Sᵀ, then Pᵀ
   float* m;       // [qpad] running row max
   float* l;       // [qpad] running row sum
@@ -44,7 +45,7 @@ struct ForwardScratch {
   float* tmax;    // [qpad] row max of the raw scores of the current tile (from the S product)
   int32_t* kbeg;  // [qpad] first visible key per row
   int32_t* kend;  // [qpad] one past the last visible key per row
-  float* row;     // [dpad] one row in fp32
+  float* rows;    // [qpad x dpad] the block's rows in fp32 (padded with 0): Q on the way in, O out
   float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
   float* knorm;   // [max_k] squared norms of one head's key rows (adaptive exact scores, else null)
 
@@ -56,15 +57,15 @@ struct ForwardScratch {
     }
     qt = s;
     ot = qt + p.dim * p.qpad;
-    st = ot + p.dim * p.qpad;
+    st = ot + p.dpad * p.qpad;
     m = st + p.block_k * p.qpad;
     l = m + p.qpad;
     alpha = l + p.qpad;
     tmax = alpha + p.qpad;
     kbeg = reinterpret_cast<int32_t*>(tmax + p.qpad);
     kend = kbeg + p.qpad;
-    row = reinterpret_cast<float*>(kend + p.qpad);
-    kv = row + p.dpad;
+    rows = reinterpret_cast<float*>(kend + p.qpad);
+    kv = rows + p.qpad * p.dpad;
     knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
   }
 };
@@ -75,16 +76,42 @@ struct HeadState {
   KvCopy kv, norms;
 };
 
-// Computes rows [r0, r0 + block_q) of query head h of sequence s.
-void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadState& held, int64_t s,
-                 int64_t h, int64_t qb) {
+// A forward work item: query block qb of query head h of sequence s (s < 0: none).
+struct Item {
+  int64_t s = -1, h = 0, qb = 0;
+};
+
+// Returns work item `it` of the call. Within a head the last query blocks come first: with a causal
+// mask they see the most keys, so the cheapest items end the loop and the threads finish together.
+Item item_at(int64_t it, int64_t nqb, int64_t heads) {
+  return {it / (nqb * heads), (it / nqb) % heads, nqb - 1 - it % nqb};
+}
+
+// Prefetches into L2 the q rows of `next`, the item this thread runs after the current one: they
+// arrive while the current item's last tile computes (software pipelining across items).
+void PrefetchItemRows(const ForwardArgs& a, const Plan& p, const Item& next) {
+  if (next.s < 0) return;
+  const Sequence seq = sequence(a, next.s);
+  const int64_t r0 = next.qb * p.block_q, r1 = std::min(r0 + p.block_q, seq.mask.seqlen_q);
+  for (int64_t r = r0; r < r1; ++r) {
+    prefetch_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r, next.h), p.dim, PrefetchFor::read_soon);
+  }
+}
+
+// Computes rows [r0, r0 + block_q) of query head h of sequence s; prefetches the rows of `next`.
+void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadState& held, const Item& item,
+                 const Item& next) {
+  const int64_t s = item.s, h = item.h, qb = item.qb;
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const Sequence seq = sequence(a, s);
   const Mask& mask = seq.mask;
   const int64_t r0 = qb * p.block_q;
-  if (r0 >= mask.seqlen_q) return;
+  if (r0 >= mask.seqlen_q) {
+    PrefetchItemRows(a, p, next);
+    return;
+  }
   const int64_t r1 = std::min(r0 + p.block_q, mask.seqlen_q);
   const int64_t rows = r1 - r0;
   const int64_t W = round_up(rows, L);
@@ -92,26 +119,28 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
   const float scale = effective_scale(a);
   const float inf = std::numeric_limits<float>::infinity();
 
-  // Qᵀ, Oᵀ = 0, row state; padded lanes see no key. qmax2: the largest squared norm of the rows,
-  // for the adaptive choice of exact scores.
+  // Q rows in fp32, then Qᵀ; Oᵀ = 0, row state; padded lanes see no key. qmax2: the largest
+  // squared norm of the rows, for the adaptive choice of exact scores.
   const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   float qmax2 = 0.0f;
   for (int64_t i = 0; i < rows; ++i) prefetch_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim);
   for (int64_t i = 0; i < W; ++i) {
+    float* qi = w.rows + i * p.dpad;
     if (i < rows) {
-      WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
-      for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = w.row[x];
-      if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, w.row, dim, 1, dim));
+      WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, qi);
+      if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, qi, dim, 1, dim));
       w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
       w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
     } else {
-      for (int64_t x = 0; x < dim; ++x) w.qt[x * ld + i] = 0.0f;
+      std::fill(qi, qi + dim, 0.0f);
       w.kbeg[i] = w.kend[i] = 0;
     }
+    std::fill(qi + dim, qi + p.dpad, 0.0f);
     w.m[i] = -inf;
     w.l[i] = 0.0f;
   }
-  for (int64_t x = 0; x < dim; ++x) {
+  Transpose(d, w.rows, p.dpad, W, dim, w.qt, ld);
+  for (int64_t x = 0; x < p.dpad; ++x) {
     for (int64_t i = 0; i < W; i += L) hn::Store(hn::Zero(d), d, w.ot + x * ld + i);
   }
 
@@ -137,6 +166,12 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
     const float hidden = fused_scale < 0 ? inf : -inf;
     for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
+      if (c1 == key_hi) {  // the last tile: start the misses of this item's out rows and the next q rows
+        for (int64_t i = 0; i < rows; ++i) {
+          prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, PrefetchFor::write);
+        }
+        PrefetchItemRows(a, p, next);
+      }
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
       // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), then
@@ -165,9 +200,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
     }
   }
 
-  for (int64_t i = 0; i < rows; ++i) {
-    prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, true);
-  }
+  if (key_lo >= key_hi) PrefetchItemRows(a, p, next);  // no tile: every row is empty
   // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞. A row whose sum is
   // NaN read a NaN (or inf − inf) score: O and LSE are NaN, never a plausible finite value.
   for (int64_t i = 0; i < W; i += L) {
@@ -178,9 +211,9 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
       hn::Store(hn::IfThenElseZero(seen, hn::Div(hn::Load(d, o), l)), d, o);
     }
   }
+  Transpose(d, w.ot, ld, p.dpad, W, w.rows, p.dpad);  // O rows
   for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t x = 0; x < dim; ++x) w.row[x] = w.ot[x * ld + i];
-    store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.row);
+    store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.rows + i * p.dpad);
     const float l = w.l[i];
     if (a.lse) a.lse[lse_index(a, seq, h, r0 + i)] = l > 0 || std::isnan(l) ? w.m[i] + std::log(l) : -inf;
   }
@@ -188,13 +221,20 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
 
 }  // namespace
 
+// Chunks of consecutive work items per thread: at least this many per thread, so dynamic claiming
+// still balances causal work.
+constexpr int64_t kChunksPerThread = 8;
+
 // Runs the whole forward call on this target: work items (sequence, head, query block) are claimed
-// dynamically; each writes its own rows, so the result does not depend on the thread count.
+// dynamically in chunks of consecutive items (mostly one head: the next item's rows are known and
+// prefetched, and the bshd K/V head copy is reused); each writes its own rows, so the result does
+// not depend on the thread count.
 void ForwardTarget(const ForwardArgs& a, const Plan& p) {
   const int64_t nqb = ceil_div(p.max_q, p.block_q);
   const int64_t heads = a.q.heads;
   const int64_t items = num_sequences(a) * heads * nqb;
   if (items == 0) return;
+  const int64_t chunk = std::clamp<int64_t>(items / (p.threads * kChunksPerThread), 1, nqb);
   const size_t floats = forward_scratch_floats(p);
   std::exception_ptr error;
   std::mutex error_mutex;
@@ -208,14 +248,13 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
       error = std::current_exception();
     }
     HeadState held;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
       ForwardScratch w(scratch, p);
-      // Within a head the last query blocks come first: with a causal mask they see the most keys,
-      // so the cheapest items end the loop and the threads finish together.
-      const int64_t qb = nqb - 1 - it % nqb, h = (it / nqb) % heads, s = it / (nqb * heads);
-      ForwardItem(a, p, w, held, s, h, qb);
+      // A chunk is [k·chunk, (k+1)·chunk): the next item of the chunk runs on this thread next.
+      const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
+      ForwardItem(a, p, w, held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
     }
   }
   if (error) std::rethrow_exception(error);

@@ -55,19 +55,19 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   return p;
 }
 
-// Forward, per thread: Qᵀ and Oᵀ [d x qpad], S/P [block_k x qpad], row state (max, sum, alpha,
-// tile max, key range as int32) 6 x qpad, one row buffer [dpad]; with copied k, v (kv.h) also their
-// fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile [block_k x qpad] (2
-// floats per double) and the key norms [max_k].
+// Forward, per thread: Qᵀ [d x qpad] and Oᵀ [dpad x qpad], S/P [block_k x qpad], row state (max,
+// sum, alpha, tile max, key range as int32) 6 x qpad, the block's rows [qpad x dpad]; with copied
+// k, v (kv.h) also their fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile
+// [block_k x qpad] (2 floats per double) and the key norms [max_k].
 size_t forward_scratch_floats(const Plan& p) {
-  size_t n = 2 * p.dim * p.qpad + p.block_k * p.qpad + 6 * p.qpad + p.dpad;
+  size_t n = (p.dim + p.dpad) * p.qpad + p.block_k * p.qpad + 6 * p.qpad + p.qpad * p.dpad;
   if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
   if (p.copy_kv) n += 2 * p.max_k * p.dim;
   return n;
 }
 
-// Backward, per thread, for one (sequence, query head): for the current query block Qᵀ, dOᵀ, dQᵀ
-// [d x qpad], Q, dO row-major [qpad x dpad], D, LSE, 1/norm, key range (2) [qpad]; its P cache
+// Backward, per thread, for one (sequence, query head): for the current query block Qᵀ, dOᵀ
+// [d x qpad], dQᵀ [dpad x qpad], Q, dO row-major [qpad x dpad], D, LSE, 1/norm, key range (2) [qpad]; its P cache
 // (and tanh cache with soft-capping) [kpad x qpad] with kpad = max_k rounded up to block_k; the dP/dS
 // tile [block_k x qpad]; the head's dK, dV accumulators [max_k x dpad]; a row buffer [dpad]; with
 // copied k, v (kv.h) their fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile
@@ -75,7 +75,7 @@ size_t forward_scratch_floats(const Plan& p) {
 // seqlen_k·(block_q + d), never seqlen_q·seqlen_k.
 size_t backward_scratch_floats(const Plan& p) {
   const size_t kpad = round_up(p.max_k, p.block_k);
-  size_t n = 3 * p.dim * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad;
+  size_t n = (2 * p.dim + p.dpad) * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad;
   n += (p.softcap ? 2 : 1) * kpad * p.qpad + p.block_k * p.qpad + 2 * p.max_k * p.dpad + p.dpad;
   if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
   if (p.copy_kv) n += 2 * p.max_k * p.dim;

@@ -52,19 +52,27 @@ inline void store_row(void* data, DType t, int64_t off, int64_t n, const float* 
   }
 }
 
+// What a prefetched row is for.
+enum class PrefetchFor : uint8_t {
+  read_now,   // read next: into L1
+  read_soon,  // read by the next work item, a tile or more from now: into L2 (leaves L1 to the tiles)
+  write,      // to be written
+};
+
 // Asks the CPU to start loading the cache lines of the n elements at element offset `off` of `data`
-// (dtype t), to be written when `for_write`. A work item reads its q rows (and writes its out rows)
-// once, cold: issuing every miss of a block of rows first overlaps them, instead of meeting them
-// one row at a time (measured: forward f32 d = 128, N = 1024, ~3-6 % faster).
-inline void prefetch_row(const void* data, DType t, int64_t off, int64_t n, bool for_write = false) {
+// (dtype t). A work item reads its q rows (and writes its out rows) once, cold: issuing every miss
+// of a block of rows early overlaps them with each other and with the tile loop, instead of meeting
+// them one row at a time (measured: forward f32 d = 128, N = 1024, ~3-6 % when issued just before
+// use; benchmarks/RESULTS-cpu-notes.md for issuing them a tile ahead).
+inline void prefetch_row(const void* data, DType t, int64_t off, int64_t n, PrefetchFor how = PrefetchFor::read_now) {
   constexpr int64_t kLine = 64;
   const int64_t size = t == DType::f32 ? 4 : 2;
   const char* p = static_cast<const char*>(data) + off * size;
   for (int64_t b = 0; b < n * size; b += kLine) {
-    if (for_write) {
-      __builtin_prefetch(p + b, 1);
-    } else {
-      __builtin_prefetch(p + b, 0);
+    switch (how) {
+      case PrefetchFor::read_now: __builtin_prefetch(p + b, 0, 3); break;
+      case PrefetchFor::read_soon: __builtin_prefetch(p + b, 0, 2); break;
+      case PrefetchFor::write: __builtin_prefetch(p + b, 1, 3); break;
     }
   }
 }

@@ -15,7 +15,7 @@ endif()
 # HWY_TARGETS and dispatch-table layout).
 if(TARGET flashattn::cpu)
   find_package(hwy 1.0.3 CONFIG REQUIRED)
-  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_exp.cpp)
+  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_simd.cpp)
   target_include_directories(flashattn_cpu_kernels PRIVATE ${PROJECT_SOURCE_DIR}/cpu ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(flashattn_cpu_kernels PRIVATE flashattn::cpu hwy::hwy doctest::doctest)
   target_compile_options(flashattn_cpu_kernels PRIVATE -Wall -Wextra)

@@ -1,18 +1,22 @@
-// FastExp (cpu/exp-inl.h), the exp every softmax score and recomputed P goes through, checked
-// against fp64 exp on every compiled Highway target this CPU supports: the error bound its
-// comment states, on a sample of every float of its range, and its results outside the range
-// (0 below, +∞ above, NaN kept).
+// The CPU backend's SIMD helpers on every compiled Highway target this CPU supports:
+// - FastExp (cpu/exp-inl.h), the exp every softmax score and recomputed P goes through, against
+//   fp64 exp: the error bound its comment states, on a sample of every float of its range, and its
+//   results outside the range (0 below, +∞ above, NaN kept);
+// - Transpose (cpu/transpose-inl.h), which moves rows in and out of the transposed tiles: every
+//   element lands where it should, and nothing is written past the requested columns.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "unit_cpu_exp.cpp"
+#define HWY_TARGET_INCLUDE "unit_cpu_simd.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
 #include "exp-inl.h"
+#include "transpose-inl.h"
 
 // Defined once (this file is compiled once per target).
 #ifndef FLASHATTN_TEST_EXP_REPORT_
@@ -87,6 +91,35 @@ ExpReport CheckFastExp(uint32_t stride) {
   return r;
 }
 
+// Returns how many elements Transpose got wrong over shapes crossing the lane count (rows a
+// multiple of it, any column count), counting a write past the requested columns as wrong.
+int64_t CheckTranspose() {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  constexpr float kCanary = -12345.0f;
+  int64_t wrong = 0;
+  for (const int64_t rows : {L, 2 * L, 4 * L}) {
+    for (const int64_t cols : {int64_t{1}, L - 1, L, L + 1, 3 * L + 5}) {
+      if (cols < 1) continue;
+      const int64_t ld_src = ((cols + L - 1) / L) * L + L;  // readable past cols, as required
+      const int64_t ld_dst = rows + 3;
+      std::vector<float> src(static_cast<size_t>(rows * ld_src));
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+      const int64_t dst_rows = ((cols + L - 1) / L) * L;
+      std::vector<float> dst(static_cast<size_t>(dst_rows * ld_dst), kCanary);
+      fc::Transpose(d, src.data(), ld_src, rows, cols, dst.data(), ld_dst);
+      for (int64_t c = 0; c < dst_rows; ++c) {
+        for (int64_t r = 0; r < ld_dst; ++r) {
+          const float got = dst[static_cast<size_t>(c * ld_dst + r)];
+          const float want = c < cols && r < rows ? src[static_cast<size_t>(r * ld_src + c)] : kCanary;
+          wrong += got == want ? 0 : 1;
+        }
+      }
+    }
+  }
+  return wrong;
+}
+
 }  // namespace flashattn_test::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -107,6 +140,15 @@ TEST_CASE("cpu FastExp: within 1.01 ulp of fp64 exp on its range, 0 / inf / NaN 
     CHECK(r.checked > 30000000);
     CHECK(r.max_ulp <= 1.01);
     CHECK(r.special_failures == 0);
+  }
+}
+
+HWY_EXPORT(CheckTranspose);
+
+TEST_CASE("cpu Transpose: every element in place, nothing past the requested columns, on every target") {
+  for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
+    INFO("target ", t.name);
+    CHECK(HWY_DISPATCH_TABLE(CheckTranspose)[flashattn::cpu::detail::dispatch_index(t.bit)]() == 0);
   }
 }
 
