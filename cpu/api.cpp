@@ -39,7 +39,8 @@ void backward(const BackwardArgs& a, const Config& c) {
 size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
   validate(a);
   const detail::Plan p = detail::make_plan(a, c);
-  return static_cast<size_t>(p.threads) * detail::forward_scratch_floats(p) * sizeof(float);
+  return (static_cast<size_t>(p.threads) * detail::forward_scratch_floats(p) + detail::forward_shared_floats(p)) *
+         sizeof(float);
 }
 
 size_t workspace_bytes(const BackwardArgs& a, const Config& c) {

@@ -46,7 +46,6 @@ struct ForwardScratch {
   int32_t* kbeg;  // [qpad] first visible key per row
   int32_t* kend;  // [qpad] one past the last visible key per row
   float* rows;    // [qpad x dpad] the block's rows in fp32 (padded with 0): Q on the way in, O out
-  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
   float* knorm;   // [max_k] squared norms of one head's key rows (adaptive exact scores, else null)
 
   ForwardScratch(float* s, const Plan& p) {
@@ -65,15 +64,15 @@ struct ForwardScratch {
     kbeg = reinterpret_cast<int32_t*>(tmax + p.qpad);
     kend = kbeg + p.qpad;
     rows = reinterpret_cast<float*>(kend + p.qpad);
-    kv = rows + p.qpad * p.dpad;
-    knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
+    knorm = p.exact_scores ? rows + p.qpad * p.dpad : nullptr;
   }
 };
 
-// What one thread keeps from item to item: which head's k, v its fp32 copy holds, and which head's
-// key norms w.knorm holds.
+// What one thread keeps from item to item: the SharedKv slot it holds, and which head's key norms
+// w.knorm holds.
 struct HeadState {
-  KvCopy kv, norms;
+  int kv_slot = -1;
+  KvCopy norms;
 };
 
 // A forward work item: query block qb of query head h of sequence s (s < 0: none).
@@ -99,8 +98,8 @@ void PrefetchItemRows(const ForwardArgs& a, const Plan& p, const Item& next) {
 }
 
 // Computes rows [r0, r0 + block_q) of query head h of sequence s; prefetches the rows of `next`.
-void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadState& held, const Item& item,
-                 const Item& next) {
+void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedKv& shared, HeadState& held,
+                 const Item& item, const Item& next) {
   const int64_t s = item.s, h = item.h, qb = item.qb;
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
@@ -148,7 +147,11 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
   if (key_lo < key_hi) {
     Rows k, v;
     const int64_t kvh = kv_head(h, a.q.heads, a.k.heads);
-    head_kv(a, p, seq, kvh, w.kv, held.kv, k, v, WidenRow);
+    if (p.copy_kv) {
+      shared.acquire(a, seq, kvh, held.kv_slot, k, v, WidenRow);
+    } else {
+      in_place_kv(a, seq, kvh, k, v);
+    }
     if (adaptive && (held.norms.call_id != p.call_id || held.norms.sequence != seq.index || held.norms.head != kvh)) {
       RowSquaredNorms(d, k.data, k.ld, mask.seqlen_k, dim, w.knorm);
       held.norms = {p.call_id, seq.index, kvh};
@@ -166,6 +169,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, HeadSta
     const float hidden = fused_scale < 0 ? inf : -inf;
     for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
+      prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
       if (c1 == key_hi) {  // the last tile: start the misses of this item's out rows and the next q rows
         for (int64_t i = 0; i < rows; ++i) {
           prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, PrefetchFor::write);
@@ -235,6 +239,8 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
   const int64_t items = num_sequences(a) * heads * nqb;
   if (items == 0) return;
   const int64_t chunk = std::clamp<int64_t>(items / (p.threads * kChunksPerThread), 1, nqb);
+  const size_t shared_floats = forward_shared_floats(p);
+  SharedKv shared(shared_floats ? call_scratch(shared_floats) : nullptr, p);
   const size_t floats = forward_scratch_floats(p);
   std::exception_ptr error;
   std::mutex error_mutex;
@@ -254,7 +260,7 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
       ForwardScratch w(scratch, p);
       // A chunk is [k·chunk, (k+1)·chunk): the next item of the chunk runs on this thread next.
       const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
-      ForwardItem(a, p, w, held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
+      ForwardItem(a, p, w, shared, held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
     }
   }
   if (error) std::rethrow_exception(error);

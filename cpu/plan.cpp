@@ -56,14 +56,17 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
 }
 
 // Forward, per thread: Qᵀ [d x qpad] and Oᵀ [dpad x qpad], S/P [block_k x qpad], row state (max,
-// sum, alpha, tile max, key range as int32) 6 x qpad, the block's rows [qpad x dpad]; with copied
-// k, v (kv.h) also their fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile
-// [block_k x qpad] (2 floats per double) and the key norms [max_k].
+// sum, alpha, tile max, key range as int32) 6 x qpad, the block's rows [qpad x dpad]; with exact
+// scores the fp64 S tile [block_k x qpad] (2 floats per double) and the key norms [max_k].
 size_t forward_scratch_floats(const Plan& p) {
   size_t n = (p.dim + p.dpad) * p.qpad + p.block_k * p.qpad + 6 * p.qpad + p.qpad * p.dpad;
   if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
-  if (p.copy_kv) n += 2 * p.max_k * p.dim;
   return n;
+}
+
+// Forward, per call: with copied k, v (kv.h) shared_kv_slots fp32 copies of one head [max_k x d] each.
+size_t forward_shared_floats(const Plan& p) {
+  return p.copy_kv ? static_cast<size_t>(shared_kv_slots(p)) * 2 * static_cast<size_t>(p.max_k * p.dim) : 0;
 }
 
 // Backward, per thread, for one (sequence, query head): for the current query block Qᵀ, dOᵀ
