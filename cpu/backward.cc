@@ -272,6 +272,9 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       float* tt = w.tc ? w.tc + c0 * ld : nullptr;
       const float* kb = k.data + c0 * k.ld;
       ts.c0 = c0;
+      for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
+        prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
+      }
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f;
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
         Gemm(dd, nkb, W, kb, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
@@ -297,6 +300,13 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       float* pt = w.pc + c0 * ld;
       const float* kb = k.data + c0 * k.ld;
       const float* vb = v.data + c0 * v.ld;
+      {  // the next block's operands: long sequences stream them from memory
+        const int64_t n1 = std::max<int64_t>(std::min(c1 + p.block_k, nk) - c1, 0);
+        prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
+        prefetch_row(w.dkt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
+        prefetch_row(w.dvt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
+        prefetch_row(w.pc + c1 * ld, DType::f32, 0, n1 * ld, PrefetchFor::read_soon);
+      }
       if (self_norm) RescaleColumns(d, pt, ld, nkb, W, w.rnorm);  // P·r
       // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
       Gemm(d, nkb, W, vb, v.ld, 1, w.dot, ld, dim, w.dpt, ld, false);
