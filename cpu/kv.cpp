@@ -31,7 +31,7 @@ void SharedKv::acquire(const ForwardArgs& a, const Sequence& seq, int64_t kvh, i
       return;
     }
   }
-  // A free slot, least recently used first (one exists: each thread holds at most one slot).
+  // A free slot, least recently used first (one exists: one slot per thread, and this thread holds none now).
   int pick = -1;
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].users == 0 && (pick < 0 || slots_[i].last_use < slots_[pick].last_use)) pick = static_cast<int>(i);

@@ -87,8 +87,9 @@ inline void head_kv(const ForwardArgs& a, const Plan& p, const Sequence& seq, in
 // the same head: at N = 16384 two private copies (2 x 16 MiB at d = 128) no longer fit in L3 with the
 // rest, and bshd ran at 61 % of peak against 75 % for in-place bhsd rows. A slot is filled by the
 // first thread that needs its head while the others wait for it; copies are exact widening, so the
-// results do not depend on which thread fills. With threads + 1 slots a thread always finds a
-// free slot (each thread holds at most one), and a released head stays cached until reused.
+// results do not depend on which thread fills. One slot per thread: a thread releases its slot
+// before it looks for another head, so it always finds a free one; a released head stays cached
+// until its slot is reused.
 class SharedKv {
  public:
   // buffer: forward_shared_floats(p) floats, shared_kv_slots(p) slots of 2 x max_k x d.

@@ -64,7 +64,7 @@ size_t forward_scratch_floats(const Plan& p) {
   return n;
 }
 
-// Forward, per call: with copied k, v (kv.h) shared_kv_slots fp32 copies of one head [max_k x d] each.
+// Forward, per call: with copied k, v (kv.h) shared_kv_slots fp32 copies of one head's k and v [max_k x d].
 size_t forward_shared_floats(const Plan& p) {
   return p.copy_kv ? static_cast<size_t>(shared_kv_slots(p)) * 2 * static_cast<size_t>(p.max_k * p.dim) : 0;
 }

@@ -61,9 +61,9 @@ inline bool exact_tile(const Plan& p, float score_bound) {
 // Returns the plan of a validated call (tile sizes from the config or the defaults).
 Plan make_plan(const ForwardArgs& a, const Config& c);
 
-// Slots of the forward's shared fp32 k, v head copies (kv.h SharedKv): one per thread, plus one
-// so a thread always finds a free slot while a released head stays cached.
-inline int shared_kv_slots(const Plan& p) { return p.threads + 1; }
+// Slots of the forward's shared fp32 k, v head copies (kv.h SharedKv): one per thread. A thread
+// releases its slot before it looks for another head, so it always finds a free one.
+inline int shared_kv_slots(const Plan& p) { return p.threads; }
 
 // Floats of the forward's call-wide buffer of shared k, v head copies (0 when read in place).
 size_t forward_shared_floats(const Plan& p);
