@@ -2,8 +2,9 @@
 //
 //   max|impl − oracle_fp64| ≤ c · max|oracle_same_precision − oracle_fp64| + floor
 //
-// with floor = kFloorUnits · unit_roundoff(dtype) · max|oracle_fp64| (a few units of rounding of
-// the output dtype at the output's magnitude). A value that is non-finite where the oracle is finite
+// with floor = kFloorUnits · unit_roundoff(dtype) · magnitude (a few units of rounding of the output
+// dtype at the output's magnitude: max|oracle_fp64|, or for sums whose terms may cancel the size of
+// the terms, see crosscheck.cpp and docs/semantics.md). A value that is non-finite where the oracle is finite
 // fails, whatever the bound; where the oracle is ±inf (LSE of rows that see no key) the
 // implementation must give exactly the same infinity.
 #pragma once
