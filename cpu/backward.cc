@@ -106,7 +106,7 @@ HWY_INLINE void ExpMinusLse(D d, float* HWY_RESTRICT st, int64_t ld, int64_t nk,
 }
 
 // ExpMinusLse from the fp64 score tile sd (scores final but for the scale): the argument
-// scale·S − LSE is exact before its one rounding to fp32; P is written to the fp32 tile st.
+// scale·S − LSE is exact in fp64 (ExpOfDouble); P is written to the fp32 tile st.
 template <class DD>
 HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT st, int64_t ld,
                                  int64_t nk, int64_t W, double scale, const float* HWY_RESTRICT lse) {
@@ -116,8 +116,7 @@ HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HW
   for (int64_t w = 0; w < W; w += L) {
     const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
     for (int64_t j = 0; j < nk; ++j) {
-      const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m));
-      hn::Store(FastExp(df, x), df, st + j * ld + w);
+      hn::Store(ExpOfDouble(dd, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m)), df, st + j * ld + w);
     }
   }
 }

@@ -230,6 +230,21 @@ inline float TileScoreBound(const TileScores& ts, float qmax2, float kmax2, int6
 // below work on that fp64 tile (row stride ld doubles, lanes as in the fp32 tile) and round once
 // where they leave it: the exponent argument of P, or tanh for the backward.
 
+// Returns e^x in fp32 lanes for x given in fp64 lanes: e^hi · (1 + lo), hi the fp32 rounding of x
+// and lo = x − hi (exact in fp64), so rounding the argument (|x|·2^-24 in the exponent: 1.8e-6
+// relative at x = −60) does not reach P. The naive fp32 algorithm gets that for free when S and its
+// row max are fp32 values within a factor 2 (their difference is exact), and its gradients of
+// near-one-hot rows (dq ~ 1e-26 made of P ~ 1e-26) were then 8x more accurate than a once-rounded
+// argument. Non-finite x: lo is 0 (e^±∞, NaN as FastExp).
+template <class DD>
+HWY_INLINE hn::Vec<hn::Rebind<float, DD>> ExpOfDouble(DD dd, hn::Vec<DD> x) {
+  const hn::Rebind<float, DD> df;
+  const auto hi = hn::DemoteTo(df, x);
+  const auto lo = hn::IfThenElseZero(hn::IsFinite(hi), hn::DemoteTo(df, hn::Sub(x, hn::PromoteTo(dd, hi))));
+  const auto e = FastExp(df, hi);
+  return hn::MulAdd(e, lo, e);
+}
+
 // Scores from the fp64 raw tile, in fp64: soft-capping then ALiBi of S = scale·s, like
 // TransformScores (which see); tanh_out (fp32) receives t = tanh(S/softcap) when set.
 template <class DD>
@@ -281,8 +296,8 @@ HWY_INLINE void MaskScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t ld, int6
 }
 
 // OnlineSoftmax from the fp64 tile S = scale·sd: per row m' = max(m, rnd(max_j S)) (m is kept in
-// fp32; any shift cancels between P and l), P = exp(rnd(scale·sd − m')) with the argument exact
-// before its one rounding, written to the fp32 tile st; l, alpha as in OnlineSoftmax.
+// fp32; any shift cancels between P and l), P = exp(scale·sd − m') with the argument exact in fp64
+// (ExpOfDouble), written to the fp32 tile st; l, alpha as in OnlineSoftmax.
 template <class DD>
 HWY_INLINE void OnlineSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT st, int64_t ld,
                                    int64_t nk, int64_t W, double scale, float* HWY_RESTRICT row_max,
@@ -301,8 +316,7 @@ HWY_INLINE void OnlineSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* 
     const auto mu = hn::PromoteTo(dd, m_use);
     auto sum = hn::Zero(df);
     for (int64_t j = 0; j < nk; ++j) {
-      const auto x = hn::DemoteTo(df, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, mu));
-      const auto pv = FastExp(df, x);
+      const auto pv = ExpOfDouble(dd, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, mu));
       hn::Store(pv, df, st + j * ld + w);
       sum = hn::Add(sum, pv);
     }

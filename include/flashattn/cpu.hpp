@@ -1,8 +1,11 @@
 // flashattn::cpu — cache-tiled, SIMD (Highway, dynamic dispatch) and OpenMP attention.
 //
 // Forward uses online softmax and writes only out and lse; backward recomputes P tile by tile from
-// lse. Extra memory is O(threads · tile · d), independent of the sequence lengths. Results are
-// bitwise identical for any thread count and across repeated calls.
+// lse. Extra memory never grows with seqlen_q · seqlen_k (workspace_bytes reports it): forward
+// O(threads · tile · d), plus one fp32 copy of a k/v head per thread when k, v are 16-bit or their
+// rows are not contiguous per head (bshd); backward O(threads · seqlen_k · (block_q + d)), plus fp32
+// dK/dV partials per query head with GQA/MQA. Results are bitwise identical for any thread count and
+// across repeated calls.
 #pragma once
 
 #include <cstddef>
