@@ -130,4 +130,38 @@ TEST_CASE("oracle results do not depend on the layout (bshd, bhsd, padded, offse
   }, kCases / 2);
 }
 
+// Returns the first index where |value| exceeds its magnitude (beyond fp64 rounding), or -1.
+int64_t first_above(const std::vector<double>& value, const std::vector<double>& magnitude) {
+  for (size_t e = 0; e < value.size(); ++e) {
+    if (!std::isfinite(value[e])) continue;
+    if (!(std::fabs(value[e]) <= magnitude[e] * (1 + kConvexSlack) + 1e-300)) return static_cast<int64_t>(e);
+  }
+  return -1;
+}
+
+TEST_CASE("oracle magnitudes bound the values, and equal them for one visible key") {
+  // Precision::magnitude is what the cross-check's floor scales with: |Σ t| <= Σ|t| for every output,
+  // and with one key per row (no sum to cancel) out's magnitude is |out| itself.
+  check("oracle/magnitude", [] {
+    const Case c = *gen_case();
+    Instance inst(c);
+    const flashattn::BackwardArgs a = inst.backward_args();
+    const auto fv = flashattn::reference::forward_values(a, Precision::fp64);
+    const auto fm = flashattn::reference::forward_values(a, Precision::magnitude);
+    const auto bv = flashattn::reference::backward_values(a, Precision::fp64);
+    const auto bm = flashattn::reference::backward_values(a, Precision::magnitude);
+    const std::pair<const char*, int64_t> checks[] = {{"out", first_above(fv.out, fm.out)},
+                                                      {"dq", first_above(bv.dq, bm.dq)},
+                                                      {"dk", first_above(bv.dk, bm.dk)},
+                                                      {"dv", first_above(bv.dv, bm.dv)}};
+    for (const auto& [what, e] : checks) {
+      if (e >= 0) RC_FAIL(std::string(what) + " exceeds its magnitude at dense index " + std::to_string(e));
+    }
+    if (c.seqlen_k == 1) {  // every row sees at most one key
+      for (size_t e = 0; e < fv.out.size(); ++e)
+        RC_ASSERT(std::fabs(std::fabs(fv.out[e]) - fm.out[e]) <= kConvexSlack * (fm.out[e] + 1e-300));
+    }
+  }, kCases);
+}
+
 }  // namespace props

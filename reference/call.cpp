@@ -41,7 +41,7 @@ Head head_of(const ForwardArgs& a, const Sequence& seq, int64_t h) {
 
 template <class Acc>
 detail::Rounding<Acc> rounding_for(const ForwardArgs& a, Precision p) {
-  return {sizeof(Acc) == sizeof(float), a.q.dtype, p == Precision::same_as_input_reversed};
+  return {sizeof(Acc) == sizeof(float), a.q.dtype, p == Precision::same_as_input_reversed, p == Precision::magnitude};
 }
 
 template <class Acc>
@@ -138,12 +138,12 @@ std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_r
 
 ForwardValues forward_values(const ForwardArgs& a, Precision p) {
   validate(a);
-  return p == Precision::fp64 ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
+  return p == Precision::fp64 || p == Precision::magnitude ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
 }
 
 BackwardValues backward_values(const BackwardArgs& a, Precision p) {
   validate(a);
-  return p == Precision::fp64 ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
+  return p == Precision::fp64 || p == Precision::magnitude ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
 }
 
 void forward(const ForwardArgs& a, Precision p) {

@@ -15,14 +15,17 @@
 namespace flashattn::reference::detail {
 
 // Rounds an intermediate to the dtype a naive implementation would store it in (or not at all),
-// and orders its sums: term t of a sum of n is term at(n, t) (reversed order when `reverse`).
+// orders its sums: term t of a sum of n is term at(n, t) (reversed order when `reverse`), and in
+// Precision::magnitude (`magnitude`) makes every term of an output's sum its absolute value.
 template <class Acc>
 struct Rounding {
   bool on = false;
   DType dtype = DType::f32;
   bool reverse = false;
+  bool magnitude = false;
   Acc operator()(Acc x) const { return on ? static_cast<Acc>(round_to(dtype, static_cast<float>(x))) : x; }
   int64_t at(int64_t n, int64_t t) const { return reverse ? n - 1 - t : t; }
+  Acc term(Acc x) const { return magnitude ? std::fabs(x) : x; }
 };
 
 // Materialised intermediates of one head: S after softcap/ALiBi/mask, P, and the capped scores
@@ -88,7 +91,7 @@ void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> 
       Acc o = 0;
       for (int64_t u = 0; u < h.nk; ++u) {
         const int64_t j = rnd.at(h.nk, u);
-        o += t.p[i * h.nk + j] * v[j * h.d + x];
+        o += rnd.term(t.p[i * h.nk + j] * v[j * h.d + x]);
       }
       out[i * h.d + x] = rnd(o);
     }
@@ -113,14 +116,14 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
   // 1. D = rowsum(dO ∘ O)
   for (int64_t i = 0; i < nq; ++i) {
     Acc s = 0;
-    for (int64_t u = 0; u < d; ++u) s += dout[i * d + rnd.at(d, u)] * out[i * d + rnd.at(d, u)];
+    for (int64_t u = 0; u < d; ++u) s += rnd.term(dout[i * d + rnd.at(d, u)] * out[i * d + rnd.at(d, u)]);
     delta[i] = s;
   }
   // 2. dV = Pᵀ dO
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < d; ++x) {
       Acc s = 0;
-      for (int64_t u = 0; u < nq; ++u) s += t.p[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * d + x];
+      for (int64_t u = 0; u < nq; ++u) s += rnd.term(t.p[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * d + x]);
       dv[j * d + x] = rnd(s);
     }
   // 3. dP = dO Vᵀ, 4. dS = P ∘ (dP − D), times the softcap derivative 1 − tanh² = 1 − (capped/c)².
@@ -133,8 +136,8 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
         continue;
       }
       Acc dp = 0;
-      for (int64_t u = 0; u < d; ++u) dp += dout[i * d + rnd.at(d, u)] * v[j * d + rnd.at(d, u)];
-      Acc g = rnd(p * (rnd(dp) - delta[i]));
+      for (int64_t u = 0; u < d; ++u) dp += rnd.term(dout[i * d + rnd.at(d, u)] * v[j * d + rnd.at(d, u)]);
+      Acc g = rnd.magnitude ? p * (dp + delta[i]) : rnd(p * (rnd(dp) - delta[i]));
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;
         g = rnd(g * (1 - th * th));
@@ -146,14 +149,14 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
   for (int64_t i = 0; i < nq; ++i)
     for (int64_t x = 0; x < d; ++x) {
       Acc s = 0;
-      for (int64_t u = 0; u < nk; ++u) s += ds[i * nk + rnd.at(nk, u)] * k[rnd.at(nk, u) * d + x];
-      dq[i * d + x] = rnd(scale * rnd(s));
+      for (int64_t u = 0; u < nk; ++u) s += rnd.term(ds[i * nk + rnd.at(nk, u)] * k[rnd.at(nk, u) * d + x]);
+      dq[i * d + x] = rnd(rnd.term(scale) * rnd(s));
     }
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < d; ++x) {
       Acc s = 0;
-      for (int64_t u = 0; u < nq; ++u) s += ds[rnd.at(nq, u) * nk + j] * q[rnd.at(nq, u) * d + x];
-      dk[j * d + x] = rnd(scale * rnd(s));
+      for (int64_t u = 0; u < nq; ++u) s += rnd.term(ds[rnd.at(nq, u) * nk + j] * q[rnd.at(nq, u) * d + x]);
+      dk[j * d + x] = rnd(rnd.term(scale) * rnd(s));
     }
 }
 

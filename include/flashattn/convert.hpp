@@ -128,4 +128,10 @@ constexpr double unit_roundoff(DType t) {
   return t == DType::bf16 ? 0x1p-8 : t == DType::f16 ? 0x1p-11 : 0x1p-24;
 }
 
+// Returns the spacing of dtype t's subnormals (its smallest positive value): no value of that dtype
+// is closer than this to another, whatever its magnitude.
+constexpr double smallest_spacing(DType t) {
+  return t == DType::bf16 ? 0x1p-133 : t == DType::f16 ? 0x1p-24 : 0x1p-149;
+}
+
 }  // namespace flashattn

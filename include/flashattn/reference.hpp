@@ -19,6 +19,12 @@ enum class Precision : uint8_t {
   same_as_input_reversed,  // the same with every sum taken in reverse order: another, equally
                            // naive implementation (tests take the worse of the two as the error
                            // of "the naive algorithm", not one lucky rounding of it)
+  magnitude,               // fp64, but every sum of the outputs accumulates the absolute values of
+                           // its terms (out = P|V|, D = Σ|dO∘O|, dP = |dO||V|ᵀ, dS = P∘(dP + D),
+                           // dq = |scale|·dS|K|, dk = |scale|·dSᵀ|Q|, dv = Pᵀ|dO|): per element,
+                           // the size of the terms whose rounding it carries, where a sum that
+                           // cancels is far smaller than its terms (tests scale their floor with
+                           // it). P itself is the fp64 oracle's; lse is the fp64 one.
 };
 
 // One (batch, head) problem, dense row-major fp64: q [nq x d], k and v [nk x d].
