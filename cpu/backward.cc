@@ -57,6 +57,8 @@ struct BackwardScratch {
   float* dpt;     // [block_k x qpad] dPᵀ, then dSᵀ
   float* dkt;     // [max_k x dpad] dK accumulator of the head (fp32)
   float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
+  float* dkg;     // [max_k x dpad] dK of the current group of query blocks (backward_grouped), else dkt
+  float* dvg;     // [max_k x dpad] dV likewise, else dvt
   float* row;     // [dpad]
   float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
   float* knorm;   // [max_k] squared norms of the head's key rows (adaptive exact scores, else null)
@@ -83,7 +85,15 @@ struct BackwardScratch {
     dpt = pc + (p.softcap ? 2 : 1) * kpad * p.qpad;
     dkt = dpt + p.block_k * p.qpad;
     dvt = dkt + p.max_k * p.dpad;
-    row = dvt + p.max_k * p.dpad;
+    dkg = dkt;
+    dvg = dvt;
+    float* after = dvt + p.max_k * p.dpad;
+    if (backward_grouped(p)) {
+      dkg = after;
+      dvg = dkg + p.max_k * p.dpad;
+      after = dvg + p.max_k * p.dpad;
+    }
+    row = after;
     kv = row + p.dpad;
     knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
   }
@@ -117,6 +127,17 @@ HWY_INLINE void ExpMinusLseExact(DD dd, const double* HWY_RESTRICT sd, float* HW
     const auto m = hn::PromoteTo(dd, hn::Load(df, lse + w));
     for (int64_t j = 0; j < nk; ++j) {
       hn::Store(ExpOfDouble(dd, hn::MulSub(hn::Load(dd, sd + j * ld + w), sc, m)), df, st + j * ld + w);
+    }
+  }
+}
+
+// acc[j·ld + x] += t[j·ld + x] for j in [0, n), x in [0, W) (W a multiple of the lane count).
+template <class D>
+HWY_INLINE void AddRows(D d, const float* HWY_RESTRICT t, float* HWY_RESTRICT acc, int64_t ld, int64_t n, int64_t W) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t x = 0; x < W; x += L) {
+      hn::Store(hn::Add(hn::Load(d, acc + j * ld + x), hn::Load(d, t + j * ld + x)), d, acc + j * ld + x);
     }
   }
 }
@@ -244,6 +265,8 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   if (adaptive && nk > 0) RowSquaredNorms(d, k.data, k.ld, nk, dim, w.knorm);
   std::fill(w.dkt, w.dkt + nk * dp, 0.0f);
   std::fill(w.dvt, w.dvt + nk * dp, 0.0f);
+  const bool grouped = w.dkg != w.dkt;
+  const int64_t gb = group_blocks(p);
   TileScores ts;
   ts.scale = scale;
   ts.diag = mask.diag();
@@ -253,6 +276,10 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   const float fused_scale = transform ? 1.0f : scale;  // as in the forward
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
   for (int64_t qb = 0; qb < nqb; ++qb) {
+    if (grouped && qb % gb == 0) {  // a new group of query blocks
+      std::fill(w.dkg, w.dkg + nk * dp, 0.0f);
+      std::fill(w.dvg, w.dvg + nk * dp, 0.0f);
+    }
     const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
     const int64_t W = round_up(rows, L);
     const float qmax2 = PrepareBlock(a, p, w, seq, h, qb, adaptive);
@@ -312,15 +339,19 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       // dS = scale · P∘(dP − D) [∘(1 − t²)]
       GradScores(d, pt, w.dpt, w.tc ? w.tc + c0 * ld : nullptr, ld, nkb, W, w.dd, scale);
       // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
-      Gemm(d, nkb, Wd, pt, ld, 1, w.dor, dp, rows, w.dvt + c0 * dp, dp, true);
+      Gemm(d, nkb, Wd, pt, ld, 1, w.dor, dp, rows, w.dvg + c0 * dp, dp, true);
       // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
-      Gemm(d, nkb, Wd, w.dpt, ld, 1, w.qr, dp, rows, w.dkt + c0 * dp, dp, true);
+      Gemm(d, nkb, Wd, w.dpt, ld, 1, w.qr, dp, rows, w.dkg + c0 * dp, dp, true);
       // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
       Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, w.dqt, ld, true);
     }
     Transpose(d, w.dqt, ld, dp, W, w.qr, dp);  // dQ rows, over Q's (done with)
     for (int64_t i = 0; i < rows; ++i) {
       store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.qr + i * dp);
+    }
+    if (grouped && (qb % gb == gb - 1 || qb == nqb - 1)) {
+      AddRows(d, w.dkg, w.dkt, dp, nk, Wd);  // the group's dK, dV into the head's
+      AddRows(d, w.dvg, w.dvt, dp, nk, Wd);
     }
   }
   float* partial_k = partial ? partial + ((s * p.heads_q + h) * p.max_k) * dim : nullptr;

@@ -74,12 +74,14 @@ size_t forward_shared_floats(const Plan& p) {
 // (and tanh cache with soft-capping) [kpad x qpad] with kpad = max_k rounded up to block_k; the dP/dS
 // tile [block_k x qpad]; the head's dK, dV accumulators [max_k x dpad]; a row buffer [dpad]; with
 // copied k, v (kv.h) their fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile
-// [block_k x qpad] (2 floats per double) and the key norms [max_k]. Grows with
+// [block_k x qpad] (2 floats per double) and the key norms [max_k]; for sequences longer than
+// kAccumulateGroupRows query rows the group's dK, dV accumulators [max_k x dpad] each. Grows with
 // seqlen_k·(block_q + d), never seqlen_q·seqlen_k.
 size_t backward_scratch_floats(const Plan& p) {
   const size_t kpad = round_up(p.max_k, p.block_k);
   size_t n = (2 * p.dim + p.dpad) * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad;
   n += (p.softcap ? 2 : 1) * kpad * p.qpad + p.block_k * p.qpad + 2 * p.max_k * p.dpad + p.dpad;
+  if (backward_grouped(p)) n += 2 * p.max_k * p.dpad;
   if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
   if (p.copy_kv) n += 2 * p.max_k * p.dim;
   return n;

@@ -3,6 +3,7 @@
 // (STYLE.md #8); the SIMD code lives in forward.cc / backward.cc.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -24,6 +25,13 @@ constexpr int kDefaultBlockQ = 64;
 constexpr int kDefaultBlockK = 128;
 constexpr int kDefaultBlockKLargeD = 64;
 constexpr int64_t kLargeHeadDim = 128;
+
+// Query rows whose dK, dV contributions the backward sums in a group accumulator before adding them
+// to the head's: every fp32 dK, dV element otherwise takes one FMA per query row into one running
+// sum, and a 16.8M-row sequence of same-sign terms lost 5 % of dv to that chain
+// (tests/reliability_huge.cpp); with groups the chains are at most this many FMAs plus one add per
+// group. Only sequences longer than one group get the extra accumulators (backward_grouped).
+constexpr int64_t kAccumulateGroupRows = 16384;
 
 // Returns n rounded up to a multiple of m (m > 0).
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
@@ -57,6 +65,13 @@ inline bool exact_tile(const Plan& p, float score_bound) {
   if (!p.exact_scores || p.scores == ScorePrecision::fp32) return false;
   return p.scores == ScorePrecision::fp64 || !(score_bound <= kExactScoreBound);
 }
+
+// Returns the query blocks of one backward accumulation group (kAccumulateGroupRows rows, at least one).
+inline int64_t group_blocks(const Plan& p) { return std::max<int64_t>(kAccumulateGroupRows / p.block_q, 1); }
+
+// Returns whether a sequence's query blocks outnumber one accumulation group, so the backward sums
+// dK, dV per group first.
+inline bool backward_grouped(const Plan& p) { return ceil_div(p.max_q, p.block_q) > group_blocks(p); }
 
 // Returns the plan of a validated call (tile sizes from the config or the defaults).
 Plan make_plan(const ForwardArgs& a, const Config& c);

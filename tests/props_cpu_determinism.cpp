@@ -95,7 +95,9 @@ flashattn::BackwardArgs size_query(int64_t nq, int64_t nk, int64_t heads_q, int6
 
 TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small at N = 16384") {
   // ws(N, K) + ws(n, k) == ws(N, k) + ws(n, K) holds for any a + f(seqlen_q) + g(seqlen_k), and
-  // fails as soon as a term grows with the product.
+  // fails as soon as a term grows with the product. (Past kAccumulateGroupRows = 16384 query rows,
+  // above these sizes, the backward adds two seqlen_k·d accumulators per thread: a step in
+  // seqlen_q times a term linear in seqlen_k, bounded, not a product.)
   const int64_t n_small = 64, n_large = 4096;
   for (flashattn::DType t : {flashattn::DType::f32, flashattn::DType::bf16}) {
     for (int64_t d : {64, 128, 37}) {

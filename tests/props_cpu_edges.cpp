@@ -118,6 +118,33 @@ TEST_CASE("cpu: edge cases agree with the oracle on every target and tile size")
   }
 }
 
+TEST_CASE("cpu: a backward over more than one accumulation group of query rows agrees with the oracle") {
+  // Past kAccumulateGroupRows (16384) query rows the backward sums dK, dV per group of rows before
+  // adding them to the head's accumulators (plan.h); few keys and a small head dim keep it cheap.
+  std::vector<Case> cases;
+  {
+    Case c = base(16384 + 200, 3, 2, DType::f32);
+    c.heads_k = 1;
+    cases.push_back(c);
+  }
+  {
+    Case c = base(16384 + 77, 5, 3, DType::bf16);  // causal with Nq > Nk: the first rows are empty
+    c.causal = true;
+    c.group = 2;
+    cases.push_back(c);
+  }
+  for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
+    for (const props_cpu::Tiles& tl : {props_cpu::Tiles{0, 0, "default"}, props_cpu::Tiles{3, 5, "3x5"}}) {
+      const props::Implementation impl = cpu_with(t, tl);
+      for (const Case& c : cases) {
+        INFO(impl.name << ": " << c);
+        const std::string b = props::crosscheck_backward(impl, c);
+        CHECK_MESSAGE(b.empty(), b);
+      }
+    }
+  }
+}
+
 TEST_CASE("cpu: targets() lists the compiled targets this CPU supports, best first") {
   const std::vector<flashattn::cpu::Target> ts = flashattn::cpu::targets();
   REQUIRE(!ts.empty());
