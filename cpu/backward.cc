@@ -2,12 +2,14 @@
 // item, so every gradient is reduced in an order fixed by the tile sizes alone: results are
 // bitwise identical for any thread count and across calls.
 //
-// Per item, for each query block (fixed order): prepare its operands (Qᵀ, dOᵀ, Q, dO, D =
-// rowsum(dO∘O), LSE); pass 1 recomputes P = exp(S − LSE) for every key block it sees into a P
-// cache of the block ([keys x block_q], O(seqlen_k·block_q), never seqlen_q·seqlen_k) and, for fp32
-// outputs, the row sums that renormalise P exactly; pass 2, per key block: dP = dO·Vᵀ, dS =
-// P∘(dP − D) (∘ softcap derivative), dV += Pᵀ·dO and dK += dSᵀ·Q into fp32 accumulators of the
-// whole head, dQ += dS·K into the block's dQ. Five tile products, S computed once. Without GQA/MQA
+// Per item, query blocks go in passes of Plan::pass_blocks consecutive blocks (fixed order): prepare
+// each block's operands (Qᵀ, dOᵀ, Q, dO, D = rowsum(dO∘O), LSE); pass 1 walks the key blocks and
+// recomputes each query block's P = exp(S − LSE) into its P cache ([keys x block_q],
+// O(seqlen_k·block_q), never seqlen_q·seqlen_k) and, for fp32 outputs, the row sums that renormalise
+// P exactly; pass 2, per key block and then per query block: dP = dO·Vᵀ, dS = P∘(dP − D)
+// (∘ softcap derivative), dV += Pᵀ·dO and dK += dSᵀ·Q into fp32 accumulators of the whole head,
+// dQ += dS·K into the block's dQ. Five tile products, S computed once; a long head's K, V, dK, dV
+// stream from memory once per pass instead of once per query block. Without GQA/MQA
 // dK, dV are written directly; with it each query head writes fp32 partials and a second pass
 // sums each group's heads in head order (GQA/MQA still run one item per query head in parallel).
 #include <algorithm>
@@ -38,10 +40,9 @@ using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 
 namespace {
 
-// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats): operands of
-// the current query block, the P cache of that block, and the head's dK, dV accumulators.
-struct BackwardScratch {
-  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
+// One query block's operands and state in the backward: the inputs of its tile products, its dQ
+// accumulator and its P cache (sizes in plan.cpp: backward_block_floats).
+struct QueryBlock {
   float* qt;      // [d x qpad] Qᵀ
   float* dot;     // [d x qpad] dOᵀ
   float* dqt;     // [dpad x qpad] dQᵀ accumulator (fp32; rows past d stay 0)
@@ -54,22 +55,14 @@ struct BackwardScratch {
   int32_t* kend;  // [qpad] one past the last visible key
   float* pc;      // [kpad x qpad] Pᵀ of every key block of the query block (the P cache)
   float* tc;      // [kpad x qpad] tanh(S/softcap) likewise (soft-capping only, else null)
-  float* dpt;     // [block_k x qpad] dPᵀ, then dSᵀ
-  float* dkt;     // [max_k x dpad] dK accumulator of the head (fp32)
-  float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
-  float* dkg;     // [max_k x dpad] dK of the current group of query blocks (backward_grouped), else dkt
-  float* dvg;     // [max_k x dpad] dV likewise, else dvt
-  float* row;     // [dpad]
-  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
-  float* knorm;   // [max_k] squared norms of the head's key rows (adaptive exact scores, else null)
+  // Set by PrepareBlock:
+  int64_t r0 = 0, r1 = 0, rows = 0, W = 0;  // query rows [r0, r1), rows rounded up to vectors
+  int64_t kb_lo = 0, key_hi = 0;            // key blocks [kb_lo, key_hi) the rows may see
+  float qmax2 = 0.0f;                       // largest squared norm of a Q row (adaptive scores)
 
-  BackwardScratch(float* s, const Plan& p) {
+  // Lays the block out from s; returns the float after it.
+  float* Place(float* s, const Plan& p) {
     const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad, kpad = round_up(p.max_k, p.block_k);
-    sd = nullptr;
-    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
-      sd = reinterpret_cast<double*>(s);
-      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
-    }
     qt = s;
     dot = qt + tq;
     dqt = dot + tq;
@@ -82,7 +75,32 @@ struct BackwardScratch {
     kend = kbeg + p.qpad;
     pc = reinterpret_cast<float*>(kend + p.qpad);
     tc = p.softcap ? pc + kpad * p.qpad : nullptr;
-    dpt = pc + (p.softcap ? 2 : 1) * kpad * p.qpad;
+    return pc + (p.softcap ? 2 : 1) * kpad * p.qpad;
+  }
+};
+
+// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats): the query
+// blocks of one pass over the keys, the dP/dS tile, and the head's dK, dV accumulators.
+struct BackwardScratch {
+  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
+  QueryBlock blk[kMaxPassBlocks];  // the first p.pass_blocks are placed
+  float* dpt;     // [block_k x qpad] dPᵀ, then dSᵀ
+  float* dkt;     // [max_k x dpad] dK accumulator of the head (fp32)
+  float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
+  float* dkg;     // [max_k x dpad] dK of the current group of query blocks (backward_grouped), else dkt
+  float* dvg;     // [max_k x dpad] dV likewise, else dvt
+  float* row;     // [dpad]
+  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
+  float* knorm;   // [max_k] squared norms of the head's key rows (adaptive exact scores, else null)
+
+  BackwardScratch(float* s, const Plan& p) {
+    sd = nullptr;
+    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
+      sd = reinterpret_cast<double*>(s);
+      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
+    }
+    for (int64_t b = 0; b < p.pass_blocks; ++b) s = blk[b].Place(s, p);
+    dpt = s;
     dkt = dpt + p.block_k * p.qpad;
     dvt = dkt + p.max_k * p.dpad;
     dkg = dkt;
@@ -185,11 +203,11 @@ inline float DotLikeGemm(const float* a, const float* b, int64_t n) {
   return hn::GetLane(acc);
 }
 
-// Prepares the operands of query block qb of query head h: Qᵀ, dOᵀ, Q, dO, D, LSE, key ranges,
-// dQᵀ = 0. Padded rows are zero and see no key. Returns the largest squared norm of a Q row
-// (MaxSquaredNorm) when `adaptive` (exact scores chosen per tile), else 0.
-float PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, const Sequence& seq, int64_t h,
-                   int64_t qb, bool adaptive) {
+// Prepares the operands of query block qb of query head h into b: Qᵀ, dOᵀ, Q, dO, D, LSE, key
+// ranges, dQᵀ = 0, its rows and key range; with `adaptive` (exact scores chosen per tile) the largest
+// squared norm of a Q row (MaxSquaredNorm). Padded rows are zero and see no key. `row` is scratch.
+void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* row, const Sequence& seq,
+                  int64_t h, int64_t qb, bool adaptive) {
   const hn::ScalableTag<float> d;
   const Mask& mask = seq.mask;
   const int64_t r0 = qb * p.block_q;
@@ -204,32 +222,38 @@ float PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, con
     prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim);
   }
   for (int64_t i = 0; i < ld; ++i) {
-    float* qi = w.qr + i * dp;
-    float* doi = w.dor + i * dp;
+    float* qi = b.qr + i * dp;
+    float* doi = b.dor + i * dp;
     float dsum = 0.0f;
     if (i < rows) {
       const int64_t r = seq.q_start + r0 + i;
       WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim, qi);
       WidenRow(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim, doi);
-      WidenRow(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, w.row);
-      dsum = DotLikeGemm(doi, w.row, dim);  // D = rowsum(dO∘O)
+      WidenRow(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, row);
+      dsum = DotLikeGemm(doi, row, dim);  // D = rowsum(dO∘O)
       const float l = a.lse[lse_index(a, seq, h, r0 + i)];
-      w.lse[i] = l == -inf ? inf : l;
-      w.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
-      w.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
+      b.lse[i] = l == -inf ? inf : l;
+      b.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
+      b.kend[i] = static_cast<int32_t>(mask.key_end(r0 + i));
       if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, qi, dp, 1, dim));
     } else {
       for (int64_t x = 0; x < dim; ++x) qi[x] = doi[x] = 0.0f;
-      w.lse[i] = inf;
-      w.kbeg[i] = w.kend[i] = 0;
+      b.lse[i] = inf;
+      b.kbeg[i] = b.kend[i] = 0;
     }
     for (int64_t x = dim; x < dp; ++x) qi[x] = doi[x] = 0.0f;
-    w.dd[i] = dsum;
+    b.dd[i] = dsum;
   }
-  Transpose(d, w.qr, dp, ld, dim, w.qt, ld);
-  Transpose(d, w.dor, dp, ld, dim, w.dot, ld);
-  std::fill(w.dqt, w.dqt + dp * ld, 0.0f);
-  return qmax2;
+  Transpose(d, b.qr, dp, ld, dim, b.qt, ld);
+  Transpose(d, b.dor, dp, ld, dim, b.dot, ld);
+  std::fill(b.dqt, b.dqt + dp * ld, 0.0f);
+  b.r0 = r0;
+  b.r1 = r0 + rows;
+  b.rows = rows;
+  b.W = round_up(rows, static_cast<int64_t>(hn::Lanes(d)));
+  b.key_hi = mask.rows_key_end(b.r1);
+  b.kb_lo = mask.rows_key_begin(r0) / p.block_k * p.block_k;  // key blocks start at multiples of block_k
+  b.qmax2 = qmax2;
 }
 
 // Returns whether the backward renormalises P itself. P is recomputed as exp(S − LSE) with the
@@ -244,7 +268,11 @@ float PrepareBlock(const BackwardArgs& a, const Plan& p, BackwardScratch& w, con
 bool SelfNormalises(const Plan& p) { return p.exact_scores; }
 
 // Computes dq of query head h of sequence s and its contribution to dk, dv of kv head h / group:
-// written to dk, dv when the group has one head, else as fp32 rows of `partial`.
+// written to dk, dv when the group has one head, else as fp32 rows of `partial`. Query blocks go in
+// passes of p.pass_blocks consecutive blocks (never across an accumulation group): each pass walks
+// the keys once, so a long head's K, V, dK, dV stream from memory once per pass, not once per block.
+// Every sum keeps the order of one block at a time (dK, dV rows: query blocks ascending; dQ and
+// row sums: key blocks ascending), so the pass size does not change a bit of the results.
 void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, int64_t s, int64_t h,
                   float* partial) {
   const hn::ScalableTag<float> d;
@@ -275,55 +303,66 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   const bool transform = ts.softcap > 0 || ts.slope != 0;
   const float fused_scale = transform ? 1.0f : scale;  // as in the forward
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
-  for (int64_t qb = 0; qb < nqb; ++qb) {
-    if (grouped && qb % gb == 0) {  // a new group of query blocks
-      std::fill(w.dkg, w.dkg + nk * dp, 0.0f);
-      std::fill(w.dvg, w.dvg + nk * dp, 0.0f);
+  for (int64_t qb0 = 0, qb1 = 0; qb0 < nqb; qb0 = qb1) {
+    qb1 = std::min(qb0 + p.pass_blocks, nqb);
+    if (grouped) {
+      qb1 = std::min(qb1, (qb0 / gb + 1) * gb);
+      if (qb0 % gb == 0) {  // a new group of query blocks
+        std::fill(w.dkg, w.dkg + nk * dp, 0.0f);
+        std::fill(w.dvg, w.dvg + nk * dp, 0.0f);
+      }
     }
-    const int64_t r0 = qb * p.block_q, r1 = std::min(r0 + p.block_q, nq), rows = r1 - r0;
-    const int64_t W = round_up(rows, L);
-    const float qmax2 = PrepareBlock(a, p, w, seq, h, qb, adaptive);
-    const int64_t key_lo = mask.rows_key_begin(r0), key_hi = mask.rows_key_end(r1);
-    const int64_t kb_lo = key_lo / p.block_k * p.block_k;  // key blocks start at multiples of block_k
-    ts.r0 = r0;
-    // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P cache (S = Q·Kᵀ:
+    const int64_t nb = qb1 - qb0;
+    int64_t pass_lo = nk, pass_hi = 0;  // key blocks any block of the pass sees
+    for (int64_t i = 0; i < nb; ++i) {
+      QueryBlock& b = w.blk[i];
+      PrepareBlock(a, p, b, w.row, seq, h, qb0 + i, adaptive);
+      pass_lo = std::min(pass_lo, b.kb_lo);
+      pass_hi = std::max(pass_hi, b.key_hi);
+      if (self_norm) std::fill(b.rnorm, b.rnorm + ld, 0.0f);
+    }
+    // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P caches (S = Q·Kᵀ:
     // Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose tile
     // has large scores, as in the forward); row sums for self-normalisation.
-    if (self_norm) std::fill(w.rnorm, w.rnorm + ld, 0.0f);
-    for (int64_t c0 = kb_lo; c0 < key_hi; c0 += p.block_k) {
+    for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const TileKind kind = mask.classify(r0, r1, c0, c1);
-      if (kind == TileKind::empty) continue;
-      float* pt = w.pc + c0 * ld;
-      float* tt = w.tc ? w.tc + c0 * ld : nullptr;
       const float* kb = k.data + c0 * k.ld;
       ts.c0 = c0;
       for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
         prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
       }
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f;
-      if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
-        Gemm(dd, nkb, W, kb, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
-        if (transform) TransformScoresExact(dd, w.sd, ld, nkb, W, ts, tt);
-        if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, W, c0, w.kbeg, w.kend, hidden);
-        ExpMinusLseExact(dd, w.sd, pt, ld, nkb, W, fused_scale, w.lse);
-      } else {
-        Gemm(d, nkb, W, kb, k.ld, 1, w.qt, ld, dim, pt, ld, false);
-        if (transform) TransformScores(d, pt, ld, nkb, W, ts, tt);
-        if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, W, c0, w.kbeg, w.kend, hidden);
-        ExpMinusLse(d, pt, ld, nkb, W, fused_scale, w.lse);
+      for (int64_t i = 0; i < nb; ++i) {
+        QueryBlock& b = w.blk[i];
+        if (c0 < b.kb_lo || c0 >= b.key_hi) continue;
+        const TileKind kind = mask.classify(b.r0, b.r1, c0, c1);
+        if (kind == TileKind::empty) continue;
+        float* pt = b.pc + c0 * ld;
+        float* tt = b.tc ? b.tc + c0 * ld : nullptr;
+        ts.r0 = b.r0;
+        if (exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
+          Gemm(dd, nkb, b.W, kb, k.ld, 1, b.qt, ld, dim, w.sd, ld, false);
+          if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
+          if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+          ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
+        } else {
+          Gemm(d, nkb, b.W, kb, k.ld, 1, b.qt, ld, dim, pt, ld, false);
+          if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
+          if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+          ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
+        }
+        if (self_norm) AddRowSums(d, pt, ld, nkb, b.W, b.rnorm);
       }
-      if (self_norm) AddRowSums(d, pt, ld, nkb, W, w.rnorm);
     }
     // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
-    if (self_norm) {
-      for (int64_t i = 0; i < ld; ++i) w.rnorm[i] = w.rnorm[i] > 0 ? 1.0f / w.rnorm[i] : 0.0f;
+    for (int64_t i = 0; i < nb && self_norm; ++i) {
+      float* r = w.blk[i].rnorm;
+      for (int64_t x = 0; x < ld; ++x) r[x] = r[x] > 0 ? 1.0f / r[x] : 0.0f;
     }
-    // Pass 2: the gradients, key blocks in the same order.
-    for (int64_t c0 = kb_lo; c0 < key_hi; c0 += p.block_k) {
+    // Pass 2: the gradients, key blocks in the same order; per key block the pass's query blocks
+    // in order.
+    for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      if (mask.classify(r0, r1, c0, c1) == TileKind::empty) continue;
-      float* pt = w.pc + c0 * ld;
       const float* kb = k.data + c0 * k.ld;
       const float* vb = v.data + c0 * v.ld;
       {  // the next block's operands: long sequences stream them from memory
@@ -331,25 +370,35 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
         prefetch_row(w.dkt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
         prefetch_row(w.dvt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
-        prefetch_row(w.pc + c1 * ld, DType::f32, 0, n1 * ld, PrefetchFor::read_soon);
+        for (int64_t i = 0; i < nb; ++i) {
+          prefetch_row(w.blk[i].pc + c1 * ld, DType::f32, 0, n1 * ld, PrefetchFor::read_soon);
+        }
       }
-      if (self_norm) RescaleColumns(d, pt, ld, nkb, W, w.rnorm);  // P·r
-      // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
-      Gemm(d, nkb, W, vb, v.ld, 1, w.dot, ld, dim, w.dpt, ld, false);
-      // dS = scale · P∘(dP − D) [∘(1 − t²)]
-      GradScores(d, pt, w.dpt, w.tc ? w.tc + c0 * ld : nullptr, ld, nkb, W, w.dd, scale);
-      // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
-      Gemm(d, nkb, Wd, pt, ld, 1, w.dor, dp, rows, w.dvg + c0 * dp, dp, true);
-      // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
-      Gemm(d, nkb, Wd, w.dpt, ld, 1, w.qr, dp, rows, w.dkg + c0 * dp, dp, true);
-      // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
-      Gemm(d, dim, W, kb, 1, k.ld, w.dpt, ld, nkb, w.dqt, ld, true);
+      for (int64_t i = 0; i < nb; ++i) {
+        QueryBlock& b = w.blk[i];
+        if (c0 < b.kb_lo || c0 >= b.key_hi || mask.classify(b.r0, b.r1, c0, c1) == TileKind::empty) continue;
+        float* pt = b.pc + c0 * ld;
+        if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
+        // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
+        Gemm(d, nkb, b.W, vb, v.ld, 1, b.dot, ld, dim, w.dpt, ld, false);
+        // dS = scale · P∘(dP − D) [∘(1 − t²)]
+        GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
+        // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
+        Gemm(d, nkb, Wd, pt, ld, 1, b.dor, dp, b.rows, w.dvg + c0 * dp, dp, true);
+        // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
+        Gemm(d, nkb, Wd, w.dpt, ld, 1, b.qr, dp, b.rows, w.dkg + c0 * dp, dp, true);
+        // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
+        Gemm(d, dim, b.W, kb, 1, k.ld, w.dpt, ld, nkb, b.dqt, ld, true);
+      }
     }
-    Transpose(d, w.dqt, ld, dp, W, w.qr, dp);  // dQ rows, over Q's (done with)
-    for (int64_t i = 0; i < rows; ++i) {
-      store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + r0 + i, h), dim, w.qr + i * dp);
+    for (int64_t i = 0; i < nb; ++i) {
+      QueryBlock& b = w.blk[i];
+      Transpose(d, b.dqt, ld, dp, b.W, b.qr, dp);  // dQ rows, over Q's (done with)
+      for (int64_t r = 0; r < b.rows; ++r) {
+        store_row(a.dq.data, a.dq.dtype, a.dq.offset(seq.batch, seq.q_start + b.r0 + r, h), dim, b.qr + r * dp);
+      }
     }
-    if (grouped && (qb % gb == gb - 1 || qb == nqb - 1)) {
+    if (grouped && (qb1 % gb == 0 || qb1 == nqb)) {
       AddRows(d, w.dkg, w.dkt, dp, nk, Wd);  // the group's dK, dV into the head's
       AddRows(d, w.dvg, w.dvt, dp, nk, Wd);
     }

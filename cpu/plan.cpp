@@ -28,6 +28,9 @@ int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
 Plan make_plan(const ForwardArgs& a, const Config& c) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
+  if (c.backward_blocks < 0 || c.backward_blocks > kMaxPassBlocks)
+    throw Error("cpu::Config.backward_blocks (" + std::to_string(c.backward_blocks) + ") must be in [0, " +
+                std::to_string(kMaxPassBlocks) + "]");
   if (c.threads < 0) throw Error("cpu::Config.threads (" + std::to_string(c.threads) + ") must be >= 0");
   if (c.scores != ScorePrecision::adaptive && c.scores != ScorePrecision::fp64 && c.scores != ScorePrecision::fp32)
     throw Error("cpu::Config.scores (" + std::to_string(static_cast<int>(c.scores)) +
@@ -42,6 +45,9 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   const int64_t nseq = num_sequences(a);
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
   p.max_k = max_rows(a.cu_seqlens_k, nseq, a.k.seq);
+  const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
+  p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
+  p.pass_blocks = std::max<int64_t>(std::min(p.pass_blocks, ceil_div(p.max_q, p.block_q)), 1);
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
   p.sequences = nseq;
   p.heads_q = a.q.heads;
@@ -69,18 +75,24 @@ size_t forward_shared_floats(const Plan& p) {
   return p.copy_kv ? static_cast<size_t>(shared_kv_slots(p)) * 2 * static_cast<size_t>(p.max_k * p.dim) : 0;
 }
 
-// Backward, per thread, for one (sequence, query head): for the current query block Qᵀ, dOᵀ
-// [d x qpad], dQᵀ [dpad x qpad], Q, dO row-major [qpad x dpad], D, LSE, 1/norm, key range (2) [qpad]; its P cache
-// (and tanh cache with soft-capping) [kpad x qpad] with kpad = max_k rounded up to block_k; the dP/dS
-// tile [block_k x qpad]; the head's dK, dV accumulators [max_k x dpad]; a row buffer [dpad]; with
-// copied k, v (kv.h) their fp32 copy of one head [max_k x d] each; with exact scores the fp64 S tile
-// [block_k x qpad] (2 floats per double) and the key norms [max_k]; for sequences longer than
-// kAccumulateGroupRows query rows the group's dK, dV accumulators [max_k x dpad] each. Grows with
-// seqlen_k·(block_q + d), never seqlen_q·seqlen_k.
-size_t backward_scratch_floats(const Plan& p) {
+// Backward, per query block of a pass: Qᵀ, dOᵀ [d x qpad], dQᵀ [dpad x qpad], Q, dO row-major
+// [qpad x dpad], D, LSE, 1/norm, key range (2) [qpad]; its P cache (and tanh cache with soft-capping)
+// [kpad x qpad] with kpad = max_k rounded up to block_k.
+size_t backward_block_floats(const Plan& p) {
   const size_t kpad = round_up(p.max_k, p.block_k);
-  size_t n = (2 * p.dim + p.dpad) * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad;
-  n += (p.softcap ? 2 : 1) * kpad * p.qpad + p.block_k * p.qpad + 2 * p.max_k * p.dpad + p.dpad;
+  return (2 * p.dim + p.dpad) * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad + (p.softcap ? 2 : 1) * kpad * p.qpad;
+}
+
+// Backward, per thread, for one (sequence, query head): pass_blocks query blocks
+// (backward_block_floats); the dP/dS tile [block_k x qpad]; the head's dK, dV accumulators
+// [max_k x dpad]; a row buffer [dpad]; with copied k, v (kv.h) their fp32 copy of one head
+// [max_k x d] each; with exact scores the fp64 S tile [block_k x qpad] (2 floats per double) and the
+// key norms [max_k]; for sequences longer than kAccumulateGroupRows query rows the group's dK, dV
+// accumulators [max_k x dpad] each. Grows with seqlen_k·(pass_blocks·block_q + d), never
+// seqlen_q·seqlen_k.
+size_t backward_scratch_floats(const Plan& p) {
+  size_t n = p.pass_blocks * backward_block_floats(p);
+  n += p.block_k * p.qpad + 2 * p.max_k * p.dpad + p.dpad;
   if (backward_grouped(p)) n += 2 * p.max_k * p.dpad;
   if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
   if (p.copy_kv) n += 2 * p.max_k * p.dim;

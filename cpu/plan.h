@@ -33,6 +33,15 @@ constexpr int64_t kLargeHeadDim = 128;
 // group. Only sequences longer than one group get the extra accumulators (backward_grouped).
 constexpr int64_t kAccumulateGroupRows = 16384;
 
+// Most query blocks one backward pass over the keys may carry (Config::backward_blocks), and the
+// default for a head whose fp32 K, V, dK and dV (4·seqlen_k·dpad floats) outgrow kBackwardHeadBytes:
+// the pass then streams them from memory (or L3) once per kDefaultPassBlocks query blocks instead of
+// once per block (benchmarks/RESULTS.md, "backward passes"). Smaller heads stay in cache; one block
+// per pass keeps their P cache small.
+constexpr int64_t kMaxPassBlocks = 16;
+constexpr int64_t kDefaultPassBlocks = 4;
+constexpr int64_t kBackwardHeadBytes = 4 << 20;
+
 // Returns n rounded up to a multiple of m (m > 0).
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -43,6 +52,7 @@ constexpr int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
 struct Plan {
   int64_t block_q = 0;   // query rows per tile
   int64_t block_k = 0;   // key rows per tile
+  int64_t pass_blocks = 1;  // backward: query blocks per pass over the keys (<= kMaxPassBlocks)
   int64_t qpad = 0;      // block_q rounded up to kMaxLanes: row stride of the transposed tiles
   int64_t dpad = 0;      // head dim rounded up to kMaxLanes: row stride of row-major padded tiles
   int64_t dim = 0;       // head dim
@@ -86,6 +96,7 @@ size_t forward_shared_floats(const Plan& p);
 // Floats of per-thread scratch the forward and backward kernels use (the layout is in the kernels;
 // these are its sizes, used both to allocate and to report).
 size_t forward_scratch_floats(const Plan& p);
+size_t backward_block_floats(const Plan& p);
 size_t backward_scratch_floats(const Plan& p);
 // Floats of the call-wide fp32 buffer of per-query-head dK, dV partials the backward sums over
 // each group in fixed order (0 without GQA/MQA).

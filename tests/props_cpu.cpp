@@ -36,6 +36,9 @@ constexpr int kTinyThreads = 3;
 // Tiles of the tiny variant: 3 query rows (partial vectors on every target), 5 keys per block.
 constexpr int kTinyBlockQ = 3;
 constexpr int kTinyBlockK = 5;
+// Query blocks per backward pass over the keys in the tiny variant (the default variant takes 1 at
+// these sizes): passes of several blocks with partial last passes.
+constexpr int kTinyBackwardBlocks = 3;
 
 props::Implementation cpu_implementation(const flashattn::cpu::Target& t, bool tiny,
                                          flashattn::cpu::ScorePrecision scores = flashattn::cpu::ScorePrecision::adaptive) {
@@ -46,6 +49,7 @@ props::Implementation cpu_implementation(const flashattn::cpu::Target& t, bool t
     c.block_q = kTinyBlockQ;
     c.block_k = kTinyBlockK;
     c.threads = kTinyThreads;
+    c.backward_blocks = kTinyBackwardBlocks;
   }
   const bool fp64 = scores == flashattn::cpu::ScorePrecision::fp64;
   return {"cpu-" + t.name + (tiny ? "-tiny" : "") + (fp64 ? "-fp64-scores" : ""),

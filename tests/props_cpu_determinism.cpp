@@ -71,6 +71,27 @@ TEST_CASE("cpu: results are bitwise identical for 1, 2, 3 and 5 threads and acro
   }
 }
 
+TEST_CASE("cpu: backward results do not depend on how many query blocks share a pass over the keys") {
+  // Config::backward_blocks only reorders the loops: every sum keeps its order. 3x5 tiles give
+  // passes of 2, 3 and 16 blocks with a short last pass; 16x16 tiles passes over whole sequences.
+  for (const props_cpu::Tiles& tiles : {props_cpu::Tiles{3, 5, "3x5"}, props_cpu::Tiles{16, 16, "16x16"}}) {
+    props::check(std::string("cpu-backward-blocks-") + tiles.name, [tiles] {
+      const props::Case c = *props::gen_case();
+      props::Instance inst(c);
+      Config one;
+      one.block_q = tiles.block_q;
+      one.block_k = tiles.block_k;
+      one.backward_blocks = 1;
+      const BackwardBits b1 = run_backward(inst, one);
+      for (int blocks : {2, 3, 16}) {
+        Config many = one;
+        many.backward_blocks = blocks;
+        RC_ASSERT(run_backward(inst, many) == b1);
+      }
+    }, kDeterminismCases);
+  }
+}
+
 namespace {
 
 // Arguments for a size-only query (workspace_bytes reads no tensor element): distinct, far apart
@@ -98,7 +119,9 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
   // fails as soon as a term grows with the product. (Past kAccumulateGroupRows = 16384 query rows,
   // above these sizes, the backward adds two seqlen_k·d accumulators per thread: a step in
   // seqlen_q times a term linear in seqlen_k, bounded, not a product.)
-  const int64_t n_small = 64, n_large = 4096;
+  // n_small = 512 holds 8 default query blocks: at least the default query blocks per backward pass
+  // (a long head's scratch holds a P cache per block of a pass, up to the blocks it has).
+  const int64_t n_small = 512, n_large = 4096;
   for (flashattn::DType t : {flashattn::DType::f32, flashattn::DType::bf16}) {
     for (int64_t d : {64, 128, 37}) {
       for (int group : {1, 4}) {

@@ -21,14 +21,15 @@ namespace {
 using flashattn::DType;
 using props::Case;
 
-// Returns one CPU implementation with a forced target and tiles.
-props::Implementation cpu_with(const flashattn::cpu::Target& t, const props_cpu::Tiles& tiles) {
+// Returns one CPU implementation with a forced target and tiles (and query blocks per backward pass).
+props::Implementation cpu_with(const flashattn::cpu::Target& t, const props_cpu::Tiles& tiles, int backward_blocks = 0) {
   flashattn::cpu::Config c;
   c.target = t.bit;
   c.block_q = tiles.block_q;
   c.block_k = tiles.block_k;
   c.threads = 2;
-  return {"cpu-" + t.name + "-" + tiles.name, [c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); },
+  c.backward_blocks = backward_blocks;
+  return {"cpu-" + t.name + "-" + tiles.name + (backward_blocks ? "-passes-of-" + std::to_string(backward_blocks) : ""), [c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); },
           [c](const flashattn::BackwardArgs& a) { flashattn::cpu::backward(a, c); }, {}};
 }
 
@@ -134,8 +135,9 @@ TEST_CASE("cpu: a backward over more than one accumulation group of query rows a
     cases.push_back(c);
   }
   for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
-    for (const props_cpu::Tiles& tl : {props_cpu::Tiles{0, 0, "default"}, props_cpu::Tiles{3, 5, "3x5"}}) {
-      const props::Implementation impl = cpu_with(t, tl);
+    // Passes of 7 blocks of 3 rows do not divide a group (5461 blocks): a pass stops at its end.
+    for (const props::Implementation& impl : {cpu_with(t, {0, 0, "default"}), cpu_with(t, {3, 5, "3x5"}),
+                                              cpu_with(t, {3, 5, "3x5"}, 7)}) {
       for (const Case& c : cases) {
         INFO(impl.name << ": " << c);
         const std::string b = props::crosscheck_backward(impl, c);
@@ -173,6 +175,11 @@ TEST_CASE("cpu: bad configs throw flashattn::Error before writing anything") {
   flashattn::cpu::Config bad_block;
   bad_block.block_q = -2;
   CHECK(error_of(bad_block).find("cpu::Config.block_q (-2)") != std::string::npos);
+  flashattn::cpu::Config bad_passes;
+  bad_passes.backward_blocks = 17;
+  CHECK(error_of(bad_passes).find("cpu::Config.backward_blocks (17) must be in [0, 16]") != std::string::npos);
+  bad_passes.backward_blocks = -1;
+  CHECK(error_of(bad_passes).find("cpu::Config.backward_blocks (-1)") != std::string::npos);
   flashattn::cpu::Config bad_threads;
   bad_threads.threads = -1;
   CHECK(error_of(bad_threads).find("cpu::Config.threads (-1)") != std::string::npos);

@@ -36,6 +36,9 @@ struct Config {
   int threads = 0;     // OpenMP threads; 0: omp_get_max_threads()
   int64_t target = 0;  // one Highway target bit to force (see targets()); 0: best supported
   ScorePrecision scores = ScorePrecision::adaptive;  // fp32 inputs only (see above)
+  int backward_blocks = 0;  // backward: query blocks that share one pass over the keys (1..16, each
+                            // adds a P cache of seqlen_k x block_q floats); 0: 4 for long heads
+                            // (fp32 K, V, dK, dV over 4 MiB), else 1. Results do not depend on it.
 };
 
 // A SIMD target compiled into the library and supported by this CPU.
