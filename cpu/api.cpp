@@ -26,26 +26,26 @@ int64_t choose_target(const Config& c) {
 
 void forward(const ForwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c);
+  const detail::Plan p = detail::make_plan(a, c, false);
   detail::forward_on_target(choose_target(c), a, p);
 }
 
 void backward(const BackwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c);
+  const detail::Plan p = detail::make_plan(a, c, true);
   detail::backward_on_target(choose_target(c), a, p);
 }
 
 size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c);
+  const detail::Plan p = detail::make_plan(a, c, false);
   return (static_cast<size_t>(p.threads) * detail::forward_scratch_floats(p) + detail::forward_shared_floats(p)) *
          sizeof(float);
 }
 
 size_t workspace_bytes(const BackwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c);
+  const detail::Plan p = detail::make_plan(a, c, true);
   return (static_cast<size_t>(p.threads) * detail::backward_scratch_floats(p) + detail::backward_partial_floats(p)) *
          sizeof(float);
 }

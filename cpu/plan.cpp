@@ -25,7 +25,7 @@ int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
 
 }  // namespace
 
-Plan make_plan(const ForwardArgs& a, const Config& c) {
+Plan make_plan(const ForwardArgs& a, const Config& c, bool backward) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
   if (c.backward_blocks < 0 || c.backward_blocks > kMaxPassBlocks)
@@ -48,6 +48,8 @@ Plan make_plan(const ForwardArgs& a, const Config& c) {
   const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
   p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
   p.pass_blocks = std::max<int64_t>(std::min(p.pass_blocks, ceil_div(p.max_q, p.block_q)), 1);
+  if (backward && c.block_k == 0 && a.causal && p.max_k <= kShortCausalKeys && p.dim <= kLargeHeadDim)
+    p.block_k = kBackwardCausalBlockK;
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
   p.sequences = nseq;
   p.heads_q = a.q.heads;

@@ -24,6 +24,12 @@ constexpr int kDefaultBlockQ = 64;
 // Default key rows per tile (d <= 128), and for larger head dims (keeps K and V blocks within L2).
 constexpr int kDefaultBlockK = 128;
 constexpr int kDefaultBlockKLargeD = 64;
+// The backward's default key rows per tile under a causal mask with at most kShortCausalKeys keys:
+// there the masked-off part of the diagonal tiles is a visible share of the work, and halving the
+// key tile halves it (N = 1024, d = 128: 5-6 % faster; tile sweep in benchmarks/RESULTS.md). Longer
+// sequences and the forward measure best (within noise) with kDefaultBlockK.
+constexpr int kBackwardCausalBlockK = 64;
+constexpr int64_t kShortCausalKeys = 2048;
 constexpr int64_t kLargeHeadDim = 128;
 
 // Query rows whose dK, dV contributions the backward sums in a group accumulator before adding them
@@ -83,8 +89,9 @@ inline int64_t group_blocks(const Plan& p) { return std::max<int64_t>(kAccumulat
 // dK, dV per group first.
 inline bool backward_grouped(const Plan& p) { return ceil_div(p.max_q, p.block_q) > group_blocks(p); }
 
-// Returns the plan of a validated call (tile sizes from the config or the defaults).
-Plan make_plan(const ForwardArgs& a, const Config& c);
+// Returns the plan of a validated forward or backward call (tile sizes from the config or the
+// defaults, which differ by pass).
+Plan make_plan(const ForwardArgs& a, const Config& c, bool backward);
 
 // Slots of the forward's shared fp32 k, v head copies (kv.h SharedKv): one per thread. A thread
 // releases its slot before it looks for another head, so it always finds a free one.
