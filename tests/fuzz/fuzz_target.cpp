@@ -59,7 +59,7 @@ std::vector<Backend> backends() {
        [](const FuzzCase& c) { reference::forward(c.args, Precision::same_as_input); },
        [](const FuzzCase& c) { reference::backward(c.args, Precision::same_as_input); }}};
 #ifdef FLASHATTN_FUZZ_CPU
-  // Tile sizes, threads and SIMD target come from the case, so small problems reach every tile path.
+  // Tile sizes, threads, backward passes and SIMD target come from the case, so small problems reach every tile path.
   auto config = [](const FuzzCase& c) {
     constexpr int kBlocks[] = {0, 1, 2, 3, 4, 8, 16, 64};
     static const std::vector<cpu::Target> targets = cpu::targets();
@@ -67,6 +67,7 @@ std::vector<Backend> backends() {
     cfg.block_q = kBlocks[c.config_choice[0] % 8];
     cfg.block_k = kBlocks[c.config_choice[1] % 8];
     cfg.threads = c.config_choice[2] % 3;
+    cfg.backward_blocks = c.config_choice[2] / 3 % 5;  // 0 (default) .. 4 query blocks per backward pass
     if (!targets.empty()) cfg.target = targets[c.config_choice[3] % targets.size()].bit;
     return cfg;
   };
