@@ -53,9 +53,11 @@ Comparison compare(const double* impl, const double* oracle, const double* same,
 }
 
 Comparison compare(const std::vector<double>& impl, const std::vector<double>& oracle,
-                   const std::vector<double>& same, double c, flashattn::DType dtype) {
-  return compare(impl.data(), oracle.data(), same.data(), oracle.size(), c,
-                 kFloorUnits * flashattn::unit_roundoff(dtype), max_abs_finite(oracle));
+                   const std::vector<double>& same, double c, flashattn::DType dtype, double terms) {
+  const double floor_unit = kFloorUnits * flashattn::unit_roundoff(dtype);
+  const double floor_min = kFloorUnits * flashattn::smallest_spacing(dtype);
+  const double magnitude = std::max({max_abs_finite(oracle), terms, floor_min / floor_unit});
+  return compare(impl.data(), oracle.data(), same.data(), oracle.size(), c, floor_unit, magnitude);
 }
 
 std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,

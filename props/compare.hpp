@@ -38,9 +38,11 @@ struct Comparison {
 Comparison compare(const double* impl, const double* oracle, const double* same, size_t n, double c,
                    double floor_unit, double floor_magnitude);
 
-// The usual call: floor = kFloorUnits · unit_roundoff(dtype) · max|oracle|.
+// The usual call: floor = kFloorUnits · unit_roundoff(dtype) · magnitude, magnitude = the larger of
+// max|oracle| and `terms` (the size of the terms a sum carries the rounding of; 0: none), and never
+// below kFloorUnits · smallest_spacing(dtype) (a subnormal output cannot be closer than that).
 Comparison compare(const std::vector<double>& impl, const std::vector<double>& oracle,
-                   const std::vector<double>& same, double c, flashattn::DType dtype);
+                   const std::vector<double>& same, double c, flashattn::DType dtype, double terms = 0);
 
 // LSE: fp32 floor scaled by max(1, max|oracle|).
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,

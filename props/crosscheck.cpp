@@ -1,7 +1,6 @@
 // Cross-check of an implementation against the oracle (see crosscheck.hpp).
 #include "props/crosscheck.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,9 +40,9 @@ std::string verdict(const char* what, const Comparison& r, const std::vector<dou
 }
 
 // `same` and `reversed`: the two naive orders (the worse one, element by element, sets the bound).
-// The floor is kFloorUnits units of rounding of the output dtype at the output's magnitude, never
-// less than kFloorUnits of the dtype's smallest spacing (a subnormal output cannot be closer than
-// that). The magnitude is max|oracle|, or with `terms` (out and dv: the oracle's
+// The floor (compare.hpp) is kFloorUnits units of rounding of the output dtype at the output's
+// magnitude, never less than kFloorUnits of the dtype's smallest spacing. The magnitude is
+// max|oracle|, or with `terms` (out and dv: the oracle's
 // Precision::magnitude, per element Σ_j P_ij|v_jx| or Σ_i P_ij|dO_ix|) the larger of that and
 // max terms: those outputs are positive-weighted sums, and a sum rounds at the size of its terms —
 // where they cancel (an fp32 out of 0.006 summed from 114 terms of ~0.01) max|oracle| understated a
@@ -55,12 +54,8 @@ std::string verdict(const char* what, const Comparison& r, const std::vector<dou
 std::string compare_tensor(const char* what, const flashattn::Tensor& t, const std::vector<double>& impl,
                            const std::vector<double>& oracle, const std::vector<double>& same,
                            const std::vector<double>& reversed, double c, const std::vector<double>* terms = nullptr) {
-  const double magnitude = std::max(max_abs_finite(oracle), terms ? max_abs_finite(*terms) : 0.0);
-  const double floor_unit = kFloorUnits * flashattn::unit_roundoff(t.dtype);
-  const double floor_min = kFloorUnits * flashattn::smallest_spacing(t.dtype);
-  const Comparison r = compare(impl.data(), oracle.data(),
-                               worse_naive(rounded(same, t.dtype), rounded(reversed, t.dtype), oracle).data(),
-                               oracle.size(), c, floor_unit, std::max(magnitude, floor_min / floor_unit));
+  const Comparison r = compare(impl, oracle, worse_naive(rounded(same, t.dtype), rounded(reversed, t.dtype), oracle), c,
+                               t.dtype, terms ? max_abs_finite(*terms) : 0.0);
   return verdict(what, r, impl, oracle, r.worst >= 0 ? where(t, r.worst) : "");
 }
 
