@@ -45,11 +45,13 @@ Plan make_plan(const ForwardArgs& a, const Config& c, bool backward) {
   const int64_t nseq = num_sequences(a);
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
   p.max_k = max_rows(a.cu_seqlens_k, nseq, a.k.seq);
-  const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
-  p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
-  p.pass_blocks = std::max<int64_t>(std::min(p.pass_blocks, ceil_div(p.max_q, p.block_q)), 1);
-  if (backward && c.block_k == 0 && a.causal && p.max_k <= kShortCausalKeys && p.dim <= kLargeHeadDim)
-    p.block_k = kBackwardCausalBlockK;
+  if (backward) {  // the backward's own defaults (plan.h)
+    const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
+    p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
+    p.pass_blocks = std::max<int64_t>(std::min(p.pass_blocks, ceil_div(p.max_q, p.block_q)), 1);
+    if (c.block_k == 0 && a.causal && p.max_k <= kShortCausalKeys && p.dim <= kLargeHeadDim)
+      p.block_k = kBackwardCausalBlockK;
+  }
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
   p.sequences = nseq;
   p.heads_q = a.q.heads;
