@@ -41,7 +41,9 @@ Head head_of(const ForwardArgs& a, const Sequence& seq, int64_t h) {
 
 template <class Acc>
 detail::Rounding<Acc> rounding_for(const ForwardArgs& a, Precision p) {
-  return {sizeof(Acc) == sizeof(float), a.q.dtype, p == Precision::same_as_input_reversed, p == Precision::magnitude};
+  const bool fp32 = p == Precision::fp32 || p == Precision::fp32_reversed;
+  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype,
+          p == Precision::same_as_input_reversed || p == Precision::fp32_reversed, p == Precision::magnitude};
 }
 
 template <class Acc>
@@ -93,7 +95,16 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
         const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
         const auto dout = gather<Acc>(a.dout, seq.batch, seq.q_start, hd.nq, h);
         std::vector<Acc> dq(static_cast<size_t>(hd.nq * d)), dk(dk_sum.size()), dv(dk_sum.size());
-        detail::backward_head<Acc>(hd, q.data(), k.data(), v.data(), dout.data(), rnd, dq.data(), dk.data(), dv.data());
+        std::vector<Acc> given_out, given_lse;
+        if (p == Precision::fp64_given_out || p == Precision::fp64_given)
+          given_out = gather<Acc>(a.out, seq.batch, seq.q_start, hd.nq, h);
+        if (p == Precision::fp64_given) {
+          given_lse.resize(static_cast<size_t>(hd.nq));
+          for (int64_t i = 0; i < hd.nq; ++i) given_lse[i] = a.lse[lse_index(a, seq, h, i)];
+        }
+        detail::backward_head<Acc>(hd, q.data(), k.data(), v.data(), dout.data(), rnd, dq.data(), dk.data(), dv.data(),
+                                   given_out.empty() ? nullptr : given_out.data(),
+                                   given_lse.empty() ? nullptr : given_lse.data());
         for (int64_t i = 0; i < hd.nq; ++i) {
           const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
           for (int64_t x = 0; x < d; ++x) r.dq[o + x] = dq[i * d + x];
@@ -138,12 +149,15 @@ std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_r
 
 ForwardValues forward_values(const ForwardArgs& a, Precision p) {
   validate(a);
+  if (p == Precision::fp64_given_out || p == Precision::fp64_given) p = Precision::fp64;  // nothing is given
   return p == Precision::fp64 || p == Precision::magnitude ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
 }
 
 BackwardValues backward_values(const BackwardArgs& a, Precision p) {
   validate(a);
-  return p == Precision::fp64 || p == Precision::magnitude ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
+  const bool wide = p == Precision::fp64 || p == Precision::magnitude || p == Precision::fp64_given_out ||
+                    p == Precision::fp64_given;
+  return wide ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
 }
 
 void forward(const ForwardArgs& a, Precision p) {

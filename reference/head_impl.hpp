@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -105,14 +106,31 @@ void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Round
 }
 
 // Backward of one head with P materialised. dq, dk, dv are overwritten.
+//
+// `given_out` and `given_lse` (dense [nq x d] and [nq], or null): the forward results the call was
+// given. With given_out, D is computed from it instead of from the recomputed O; with given_lse,
+// P = exp(S − lse_given) (not renormalised; lse = −∞: the row sees no key) instead of the softmax.
+// In fp64 that is the exact gradient of the documented formulas applied to the inputs as given:
+// what any implementation that takes out and lse as given computes before its own rounding.
 template <class Acc>
 void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, const Acc* dout, Rounding<Acc> rnd,
-                   Acc* dq, Acc* dk, Acc* dv) {
+                   Acc* dq, Acc* dk, Acc* dv, const Acc* given_out = nullptr, const Acc* given_lse = nullptr) {
   const int64_t nq = h.nq, nk = h.nk, d = h.d;
   HeadTiles<Acc> t;
   std::vector<Acc> lse(nq), out(nq * d), delta(nq), ds(nq * nk);
   scores_and_probs(h, q, k, rnd, t, lse.data());
-  output(h, t, v, rnd, out.data());
+  if (given_lse)
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j) {
+        const Acc s = t.s[i * nk + j];
+        t.p[i * nk + j] = std::isinf(given_lse[i]) || s == -std::numeric_limits<Acc>::infinity()
+                              ? Acc(0)
+                              : rnd(std::exp(s - given_lse[i]));
+      }
+  if (given_out)
+    std::copy(given_out, given_out + nq * d, out.begin());
+  else
+    output(h, t, v, rnd, out.data());
   // 1. D = rowsum(dO ∘ O)
   for (int64_t i = 0; i < nq; ++i) {
     Acc s = 0;
@@ -140,7 +158,9 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
       Acc g = rnd.magnitude ? p * (dp + delta[i]) : rnd(p * (rnd(dp) - delta[i]));
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;
-        g = rnd(g * (1 - th * th));
+        // Precision::magnitude: 1 − t² + 2t², the derivative plus what one rounding of t moves it
+        // by (2t² units): where |S| nears the cap, 1 − t² cancels and t's rounding dominates it.
+        g = rnd(g * (rnd.magnitude ? 1 + th * th : 1 - th * th));
       }
       ds[i * nk + j] = g;
     }

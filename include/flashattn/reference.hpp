@@ -20,11 +20,24 @@ enum class Precision : uint8_t {
                            // naive implementation (tests take the worse of the two as the error
                            // of "the naive algorithm", not one lucky rounding of it)
   magnitude,               // fp64, but every sum of the outputs accumulates the absolute values of
-                           // its terms (out = P|V|, D = Σ|dO∘O|, dP = |dO||V|ᵀ, dS = P∘(dP + D),
+                           // its terms (out = P|V|, D = Σ|dO∘O|, dP = |dO||V|ᵀ, dS = P∘(dP + D)
+                           // times (1 − t² + 2t²) with soft-capping (t = tanh(S/cap): the derivative
+                           // plus the 2t² units one rounding of t moves it by),
                            // dq = |scale|·dS|K|, dk = |scale|·dSᵀ|Q|, dv = Pᵀ|dO|): per element,
                            // the size of the terms whose rounding it carries, where a sum that
                            // cancels is far smaller than its terms (tests scale their floor with
                            // it). P itself is the fp64 oracle's; lse is the fp64 one.
+  fp32,                    // fp32 accumulation and intermediates, inputs as stored: nothing is
+                           // rounded to 16 bits (for f32 inputs the same as same_as_input). Tests
+                           // take their naive LSE from it: LSE is an fp32 output whose error comes
+                           // from the inputs only through S, which needs no 16-bit rounding
+  fp32_reversed,           // the same with every sum reversed
+  fp64_given_out,          // backward only: fp64, but D = Σ dout∘out from the call's `out` as given
+                           // (rounded to its dtype) instead of the exact O
+  fp64_given,              // backward only: fp64 with D from the given `out` and P = exp(S − lse)
+                           // from the given fp32 `lse`: the exact result of the documented formulas
+                           // on the inputs as the call holds them. Its distance to fp64 is the error
+                           // that taking out and lse as given makes unavoidable (tests add it).
 };
 
 // One (batch, head) problem, dense row-major fp64: q [nq x d], k and v [nk x d].
@@ -58,7 +71,8 @@ struct BackwardValues {
 ForwardValues forward_values(const ForwardArgs& a, Precision p = Precision::fp64);
 
 // Validates `a`, then returns the gradients before rounding to the output dtype. The oracle
-// recomputes the forward itself from q, k, v; a.out and a.lse are validated but not read.
+// recomputes the forward itself from q, k, v; a.out and a.lse are validated but not read, except by
+// Precision::fp64_given_out (a.out) and fp64_given (a.out and a.lse).
 BackwardValues backward_values(const BackwardArgs& a, Precision p = Precision::fp64);
 
 // Validates `a` and writes a.out (rounded to nearest even in its dtype) and a.lse if set.
