@@ -1,4 +1,4 @@
-// The tolerance rule (see compare.hpp).
+// The tolerance rule's arithmetic (see compare.hpp).
 #include "props/compare.hpp"
 
 #include <algorithm>
@@ -16,9 +16,22 @@ double max_abs_finite(const std::vector<double>& x) {
   return m;
 }
 
-Comparison compare(const double* impl, const double* oracle, const double* same, size_t n, double c,
-                   double floor_unit, double floor_magnitude) {
+double max_abs_diff(const std::vector<double>& x, const std::vector<double>& y) {
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+    if (std::isfinite(x[i]) && std::isfinite(y[i])) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+std::vector<double> rounded(std::vector<double> x, flashattn::DType t) {
+  for (double& v : x)
+    if (std::isfinite(v)) v = flashattn::round_to(t, static_cast<float>(v));
+  return x;
+}
+
+Comparison compare(const double* impl, const double* oracle, const double* naive, size_t n, const Allowance& allowance) {
   Comparison r;
+  r.allowance = allowance;
   for (size_t i = 0; i < n; ++i) {
     const double o = oracle[i], x = impl[i];
     if (!std::isfinite(o)) {
@@ -42,9 +55,9 @@ Comparison compare(const double* impl, const double* oracle, const double* same,
       r.max_error = e;
       if (r.passed) r.worst = static_cast<int64_t>(i);
     }
-    if (std::isfinite(same[i])) r.same_error = std::max(r.same_error, std::fabs(same[i] - o));
+    if (std::isfinite(naive[i])) r.same_error = std::max(r.same_error, std::fabs(naive[i] - o));
   }
-  r.bound = c * r.same_error + floor_unit * floor_magnitude;
+  r.bound = std::max(allowance.c * r.same_error, allowance.fp32_terms) + allowance.contract + allowance.floor;
   if (r.passed && r.max_error > r.bound) {
     r.passed = false;
     r.reason = "error above the bound";
@@ -52,12 +65,16 @@ Comparison compare(const double* impl, const double* oracle, const double* same,
   return r;
 }
 
+double floor_for(flashattn::DType dtype, double magnitude) {
+  return kFloorUnits * std::max(flashattn::unit_roundoff(dtype) * magnitude, flashattn::smallest_spacing(dtype));
+}
+
 Comparison compare(const std::vector<double>& impl, const std::vector<double>& oracle,
-                   const std::vector<double>& same, double c, flashattn::DType dtype, double terms) {
-  const double floor_unit = kFloorUnits * flashattn::unit_roundoff(dtype);
-  const double floor_min = kFloorUnits * flashattn::smallest_spacing(dtype);
-  const double magnitude = std::max({max_abs_finite(oracle), terms, floor_min / floor_unit});
-  return compare(impl.data(), oracle.data(), same.data(), oracle.size(), c, floor_unit, magnitude);
+                   const std::vector<double>& naive, double c, flashattn::DType dtype, double terms) {
+  Allowance a;
+  a.c = c;
+  a.floor = floor_for(dtype, std::max(max_abs_finite(oracle), terms));
+  return compare(impl.data(), oracle.data(), naive.data(), oracle.size(), a);
 }
 
 std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
@@ -71,17 +88,24 @@ std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<
 }
 
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
-                       const std::vector<double>& same) {
-  return compare(impl.data(), oracle.data(), same.data(), oracle.size(), kLseFactor,
-                 kFloorUnits * flashattn::unit_roundoff(flashattn::DType::f32), std::max(1.0, max_abs_finite(oracle)));
+                       const std::vector<double>& naive) {
+  Allowance a;
+  a.c = kLseFactor;
+  a.floor = kFloorUnits * flashattn::unit_roundoff(flashattn::DType::f32) * std::max(1.0, max_abs_finite(oracle));
+  return compare(impl.data(), oracle.data(), naive.data(), oracle.size(), a);
 }
 
 std::string describe(const Comparison& r, const std::vector<double>& impl, const std::vector<double>& oracle) {
   std::ostringstream os;
   os.precision(9);
+  const Allowance& a = r.allowance;
   os << (r.passed ? "ok" : r.reason) << ": max_err=" << r.max_error << " bound=" << r.bound
-     << " (same-precision err=" << r.same_error << ")";
-  if (r.worst >= 0) os << " at dense index " << r.worst << ": impl=" << impl[r.worst] << " oracle=" << oracle[r.worst];
+     << " (same-precision err=" << r.same_error << " x" << a.c;
+  if (a.fp32_terms > 0) os << ", at least fp32 dS terms=" << a.fp32_terms;
+  if (a.contract > 0) os << ", + given out/lse=" << a.contract;
+  os << ", + floor=" << a.floor << ")";
+  if (r.worst >= 0 && static_cast<size_t>(r.worst) < impl.size())
+    os << " at dense index " << r.worst << ": impl=" << impl[r.worst] << " oracle=" << oracle[r.worst];
   return os.str();
 }
 

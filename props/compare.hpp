@@ -1,12 +1,22 @@
-// The tolerance rule of DESIGN.md, as one reusable function.
+// The tolerance rule of docs/semantics.md ("How the tests judge a backend"), per output:
 //
-//   max|impl − oracle_fp64| ≤ c · max|oracle_same_precision − oracle_fp64| + floor
+//   max|impl − oracle_fp64|  ≤  max(c · naive, fp32_terms)  +  contract  +  floor
 //
-// with floor = kFloorUnits · unit_roundoff(dtype) · magnitude (a few units of rounding of the output
-// dtype at the output's magnitude: max|oracle_fp64|, or for sums whose terms may cancel the size of
-// the terms, see crosscheck.cpp and docs/semantics.md). A value that is non-finite where the oracle is finite
-// fails, whatever the bound; where the oracle is ±inf (LSE of rows that see no key) the
-// implementation must give exactly the same infinity.
+//   naive      max|oracle_same_precision − oracle_fp64|, element by element the worse of two equally
+//              naive summation orders (worse_naive);
+//   fp32_terms dq, dk only: one fp32 rounding at the magnitude of their dS terms (u32 · the
+//              largest |scale|·Σ_j P_ij(|dP_ij| + |D_i|)|k_j|, likewise for dk) — dP and D are two fp32
+//              sums, each rounded at least once, that cancel in dS; 0 elsewhere;
+//   contract   backward only: max|oracle_fp64_given − oracle_fp64|, the exact effect of computing D
+//              from the call's rounded `out` and P from its fp32 `lse` (Precision::fp64_given);
+//   floor      kFloorUnits · max(u · magnitude, smallest spacing) of the output dtype.
+//
+// A value that is non-finite where the oracle is finite fails, whatever the bound; where the oracle
+// is ±inf (LSE of rows that see no key) the implementation must give exactly the same infinity.
+//
+// This file holds the rule's arithmetic on values; tolerance.hpp runs the oracles a call needs and
+// applies it. Everything that judges an implementation against the oracle (the property suite,
+// the reliability tests, the fuzz target, the benchmarks) goes through these two files.
 #pragma once
 
 #include <cstdint>
@@ -23,42 +33,61 @@ constexpr double kGradFactor = 3;  // dq, dk, dv
 constexpr double kLseFactor = 2;   // lse (fp32)
 // Units of roundoff in the floor.
 constexpr double kFloorUnits = 4;
+// Units of fp32 roundoff at the dS term magnitude that bound dq and dk from below (fp32_terms).
+constexpr double kDsTermUnits = 1;
+
+// The parts of one output's bound besides the naive error (see above).
+struct Allowance {
+  double c = kOutFactor;      // multiplier of the naive error
+  double fp32_terms = 0;      // lower bound of the naive part (dq, dk: kDsTermUnits·u32·max dS terms)
+  double contract = 0;        // error the call's given inputs force (backward: D from out, P from lse)
+  double floor = 0;           // absolute floor
+};
 
 struct Comparison {
   double max_error = 0;       // max |impl − oracle| over finite oracle values
-  double same_error = 0;      // max |same − oracle| over finite values
-  double bound = 0;           // c · same_error + floor
+  double same_error = 0;      // max |naive − oracle| over finite values
+  Allowance allowance;        // the other parts of the bound
+  double bound = 0;           // max(c · same_error, fp32_terms) + contract + floor
   bool passed = true;
   int64_t worst = -1;         // index of the largest error, or of the first non-finite mismatch
   std::string reason;         // why it failed ("" when passed)
 };
 
-// Compares n values of an implementation with the fp64 oracle and the same-precision oracle.
-// `floor_magnitude` is the magnitude the floor scales with (usually max|oracle|).
-Comparison compare(const double* impl, const double* oracle, const double* same, size_t n, double c,
-                   double floor_unit, double floor_magnitude);
+// Compares n values of an implementation with the fp64 oracle and the naive (same-precision)
+// result under `allowance`.
+Comparison compare(const double* impl, const double* oracle, const double* naive, size_t n, const Allowance& allowance);
 
-// The usual call: floor = kFloorUnits · unit_roundoff(dtype) · magnitude, magnitude = the larger of
-// max|oracle| and `terms` (the size of the terms a sum carries the rounding of; 0: none), and never
-// below kFloorUnits · smallest_spacing(dtype) (a subnormal output cannot be closer than that).
+// Returns the floor of an output of dtype `dtype` whose magnitude is `magnitude`:
+// kFloorUnits · max(unit_roundoff(dtype) · magnitude, smallest_spacing(dtype)).
+double floor_for(flashattn::DType dtype, double magnitude);
+
+// The usual call: floor = floor_for(dtype, max(max|oracle|, terms)) — `terms` is the size of the
+// terms a sum carries the rounding of (0: none) — and no other allowance.
 Comparison compare(const std::vector<double>& impl, const std::vector<double>& oracle,
-                   const std::vector<double>& same, double c, flashattn::DType dtype, double terms = 0);
+                   const std::vector<double>& naive, double c, flashattn::DType dtype, double terms = 0);
 
-// LSE: fp32 floor scaled by max(1, max|oracle|).
+// LSE: an fp32 output; floor kFloorUnits · 2^-24 · max(1, max|oracle|).
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
-                       const std::vector<double>& same);
+                       const std::vector<double>& naive);
 
-// Returns, element by element, whichever of two naive (same-precision) results deviates more from
-// the oracle (finite deviations preferred): the naive error of the rule is the worse of two equally
-// naive summation orders (reference::Precision::same_as_input and _reversed), so it measures the
-// naive algorithm rather than one lucky rounding of it.
+// Returns, element by element, whichever of two naive results deviates more from the oracle
+// (finite deviations preferred): the naive error of the rule is the worse of two equally naive
+// summation orders, so it measures the naive algorithm rather than one lucky rounding of it.
 std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
                                 const std::vector<double>& oracle);
+
+// Returns x with every value rounded to what a tensor of dtype t holds (non-finite values kept).
+std::vector<double> rounded(std::vector<double> x, flashattn::DType t);
 
 // Returns the largest finite |x|.
 double max_abs_finite(const std::vector<double>& x);
 
-// Returns a one-line description: "max_err=… bound=… (same=…) worst=[i] impl=… oracle=…".
+// Returns the largest finite |x − y| (0 for empty vectors).
+double max_abs_diff(const std::vector<double>& x, const std::vector<double>& y);
+
+// Returns a one-line description: "ok: max_err=… bound=… (same-precision err=…, …) at dense index i:
+// impl=… oracle=…" (the reason instead of "ok" when it failed).
 std::string describe(const Comparison& r, const std::vector<double>& impl, const std::vector<double>& oracle);
 
 }  // namespace props
