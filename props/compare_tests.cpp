@@ -1,12 +1,18 @@
 // Examples pinning the tolerance rule of compare.hpp (exact inputs, exact expectations).
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include "flashattn/convert.hpp"
+#include "flashattn/reference.hpp"
+#include "props/buffers.hpp"
+#include "props/case.hpp"
 #include "props/compare.hpp"
+#include "props/instance.hpp"
+#include "props/tolerance.hpp"
 
 namespace props {
 
@@ -49,6 +55,104 @@ TEST_CASE("compare: non-finite values where the oracle is finite always fail; -i
   CHECK_FALSE(compare_lse({0.5, 0.0}, oracle, oracle).passed);
   CHECK_FALSE(compare_lse({0.5, nan}, oracle, oracle).passed);
   CHECK(compare_lse({0.5, -inf}, oracle, oracle).passed);
+}
+
+
+// ---- Planted errors on whole calls: the rule as tolerance.hpp applies it must catch them ----------
+
+namespace {
+
+// Case lines (pinned: the rule's verdict on them is exact and repeatable). A small problem, so the
+// naive error is small too: in larger ones (tens of keys) an fp32 naive error of a few 1e-7 hides a
+// 1e-6 relative change, and generated cases catch it only in some percent of draws.
+const char* const kPlantF32 =
+    "b=1 hk=1 g=1 nq=1 nk=2 d=8 dtype=f32 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
+    "varlen_k=- layout=bshd offset=0 values=normal scale=0 seed=2";
+const char* const kPlantBf16 =
+    "b=1 hk=1 g=1 nq=1 nk=2 d=8 dtype=bf16 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
+    "varlen_k=- layout=bshd offset=0 values=normal scale=0 seed=2";
+
+// The fp64 oracle as the implementation, with `plant` applied to its forward results.
+Judgement planted_forward(const char* line, const std::function<void(flashattn::ForwardArgs&)>& plant) {
+  Instance inst(parse_case(line));
+  flashattn::ForwardArgs a = inst.forward_args();
+  flashattn::reference::forward(a, flashattn::reference::Precision::fp64);
+  plant(a);
+  return judge_forward(a);
+}
+
+// Likewise for the backward (given the oracle's out and lse, as the cross-check gives them).
+Judgement planted_backward(const char* line, const std::function<void(flashattn::BackwardArgs&)>& plant) {
+  Instance inst(parse_case(line));
+  flashattn::BackwardArgs a = inst.backward_args();
+  flashattn::reference::backward(a, flashattn::reference::Precision::fp64);
+  plant(a);
+  return judge_backward(a);
+}
+
+void scale_view(const flashattn::Tensor& t, double factor) {
+  std::vector<double> x = read_dense(t);
+  for (double& v : x) v *= factor;
+  write_dense(t, x);
+}
+
+bool passed(const Judgement& j, const char* output) { return j.find(output)->result.passed; }
+
+}  // namespace
+
+TEST_CASE("tolerance: the oracle itself passes; outputs scaled by (1 + 1e-6) in fp32 fail") {
+  const auto none_f = [](flashattn::ForwardArgs&) {};
+  const auto none_b = [](flashattn::BackwardArgs&) {};
+  CHECK(planted_forward(kPlantF32, none_f).passed());
+  CHECK(planted_backward(kPlantF32, none_b).passed());
+  CHECK_FALSE(passed(planted_forward(kPlantF32, [](flashattn::ForwardArgs& a) { scale_view(a.out, 1 + 1e-6); }), "out"));
+  CHECK_FALSE(passed(planted_backward(kPlantF32, [](flashattn::BackwardArgs& a) { scale_view(a.dq, 1 + 1e-6); }), "dq"));
+  CHECK_FALSE(passed(planted_backward(kPlantF32, [](flashattn::BackwardArgs& a) { scale_view(a.dk, 1 + 1e-6); }), "dk"));
+  CHECK_FALSE(passed(planted_backward(kPlantF32, [](flashattn::BackwardArgs& a) { scale_view(a.dv, 1 + 1e-6); }), "dv"));
+}
+
+TEST_CASE("tolerance: LSE is bounded as an fp32 output, also for 16-bit inputs") {
+  auto shift_lse = [](double by) {
+    return [by](flashattn::ForwardArgs& a) {
+      const int64_t n = a.q.batch * a.q.heads * a.q.seq;
+      for (int64_t i = 0; i < n; ++i) a.lse[i] = static_cast<float>(a.lse[i] + by);
+    };
+  };
+  CHECK(passed(planted_forward(kPlantBf16, shift_lse(0)), "lse"));
+  CHECK_FALSE(passed(planted_forward(kPlantBf16, shift_lse(1e-5)), "lse"));
+  CHECK_FALSE(passed(planted_forward(kPlantF32, shift_lse(1e-5)), "lse"));
+}
+
+TEST_CASE("tolerance: the backward's contract term is the oracle on the given out and lse") {
+  // Rounding out to bf16 moves D = Σ dO∘out, and with it dq and dk; the contract term is exactly
+  // that move (with the fp32 LSE's), so the fp64 oracle run on the given out and lse (what an
+  // exact implementation of the contract computes) passes.
+  Instance inst(parse_case(kPlantBf16));
+  flashattn::BackwardArgs a = inst.backward_args();
+  const auto exact = flashattn::reference::backward_values(a, flashattn::reference::Precision::fp64);
+  const auto given = flashattn::reference::backward_values(a, flashattn::reference::Precision::fp64_given);
+  flashattn::reference::backward(a, flashattn::reference::Precision::fp64_given);
+  const Judgement ok = judge_backward(a);
+  CHECK(ok.passed());
+  CHECK(ok.find("dq")->result.allowance.contract > 0);
+  CHECK(ok.find("dq")->result.allowance.contract == max_abs_diff(given.dq, exact.dq));
+}
+
+TEST_CASE("tolerance: dq and dk allow one fp32 rounding of their dS terms where the naive error is 0") {
+  // One key, bf16, soft-capping near the cap: the naive dq is exactly the oracle's 0 (P = 1, and
+  // its bf16 tanh rounds to 1, so its softcap derivative is 0), while a kernel that sums dP and D
+  // in different fp32 orders gets dP − D = a few fp32 roundings, times a derivative that fp32 still
+  // resolves: the emulated GPU kernels gave dq = 4.3e-13 here. fp32_terms covers that.
+  Instance inst(parse_case("b=1 hk=1 g=2 nq=1 nk=1 d=64 dtype=bf16 causal=0 wl=1 wr=-1 softcap=30 alibi=shared "
+                           "seqlens_k=- varlen_q=- varlen_k=- layout=bshd offset=0 values=large scale=0 seed=649623508"));
+  flashattn::BackwardArgs a = inst.backward_args();
+  flashattn::reference::backward(a, flashattn::reference::Precision::fp64);
+  const Judgement j = judge_backward(a);
+  CHECK(j.passed());
+  CHECK(j.find("dq")->result.same_error == 0);
+  CHECK(j.find("dq")->result.allowance.fp32_terms > 4.3e-13);
+  CHECK(j.find("dk")->result.allowance.fp32_terms > 4.0e-13);
+  CHECK(j.find("dv")->result.allowance.fp32_terms == 0);  // dv = Pᵀ·dO has no dS
 }
 
 }  // namespace props

@@ -1,6 +1,7 @@
 // The properties every registered implementation must satisfy, one doctest TEST_CASE each, and the
 // replay test. Linked into every props runner.
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -17,11 +18,26 @@ namespace {
 constexpr int kCrossCheckCases = 100;
 constexpr int kRepeatCases = 30;
 
+// The case space of the cross-checks: every dtype, or only the one FLASHATTN_PROPS_DTYPE names
+// (f32, f16 or bf16), so long runs can be split (and counted) per dtype.
+CaseSpace crosscheck_space() {
+  CaseSpace space;
+  if (const char* only = std::getenv("FLASHATTN_PROPS_DTYPE")) {
+    space.dtypes.clear();
+    for (flashattn::DType t : {flashattn::DType::f32, flashattn::DType::f16, flashattn::DType::bf16})
+      if (std::string(only) == flashattn::dtype_name(t)) space.dtypes.push_back(t);
+    if (space.dtypes.empty())
+      throw std::invalid_argument(std::string("FLASHATTN_PROPS_DTYPE=") + only + ": expected f32, f16 or bf16");
+  }
+  return space;
+}
+
 using CaseCheck = std::string (*)(const Implementation&, const Case&);
 
 // Checks `fn` for every registered implementation on generated cases, discarding cases the
 // implementation declares unsupported.
 void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases) {
+  const CaseSpace space = crosscheck_space();
   for (const Implementation* impl : implementations()) {
     if (needs_backward && !impl->backward) {
       MESSAGE(impl->name << " has no backward: '" << std::string(property) << "' does not apply");
@@ -29,8 +45,8 @@ void for_each_implementation(const char* property, CaseCheck fn, bool needs_back
     }
     check(
         impl->name + "/" + property,
-        [impl, fn] {
-          const Case c = *gen_case();
+        [impl, fn, space] {
+          const Case c = *gen_case(space);
           if (impl->unsupported) {
             const std::string why = impl->unsupported(c);
             if (!why.empty()) RC_DISCARD(why);
@@ -43,6 +59,7 @@ void for_each_implementation(const char* property, CaseCheck fn, bool needs_back
 }
 
 const char* replay_line() { return std::getenv("FLASHATTN_REPLAY"); }
+
 
 }  // namespace
 
