@@ -7,7 +7,7 @@ include(doctest)
 option(FLASHATTN_BUILD_FUZZER "Build the libFuzzer target flashattn_fuzz (clang; add fuzzer-no-link to FLASHATTN_SANITIZE)" OFF)
 
 set(_rel_dir ${CMAKE_CURRENT_LIST_DIR})
-set(_rel_libs flashattn::reference)
+set(_rel_libs flashattn::reference flashattn_tolerance)
 set(_rel_defs "")
 if(TARGET flashattn::cpu)
   list(APPEND _rel_libs flashattn::cpu)

@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include "flashattn/convert.hpp"
+#include "props/tolerance.hpp"
 
 namespace flashattn::reliability {
 
 namespace {
-constexpr double kFloorUnits = 4;
 
 Shape varlen_shape(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk, int64_t hq, int64_t hk, int64_t d,
                    DType dtype) {
@@ -136,40 +136,8 @@ std::vector<double> read_dense(const Tensor& t) {
   return r;
 }
 
-std::string check_close(const std::vector<double>& impl, const std::vector<double>& fp64,
-                        const std::vector<double>& same, DType dtype, double factor, double min_magnitude,
-                        double relative) {
-  if (impl.size() != fp64.size() || same.size() != fp64.size()) return "size mismatch";
-  double err = 0, err_same = 0, magnitude = min_magnitude;
-  size_t worst = 0;
-  for (size_t i = 0; i < fp64.size(); ++i) {
-    if (!std::isfinite(fp64[i])) {
-      if (impl[i] != fp64[i]) {
-        std::ostringstream os;
-        os << "element " << i << ": " << impl[i] << " where the oracle gives " << fp64[i];
-        return os.str();
-      }
-      continue;
-    }
-    if (!std::isfinite(impl[i])) {
-      std::ostringstream os;
-      os << "element " << i << " is " << impl[i] << " where the oracle gives " << fp64[i];
-      return os.str();
-    }
-    const double e = std::fabs(impl[i] - fp64[i]);
-    if (e > err) {
-      err = e;
-      worst = i;
-    }
-    err_same = std::max(err_same, std::fabs(round_to(dtype, static_cast<float>(same[i])) - fp64[i]));
-    magnitude = std::max(magnitude, std::fabs(fp64[i]));
-  }
-  const double bound = factor * err_same + (kFloorUnits * unit_roundoff(dtype) + relative) * magnitude;
-  if (err <= bound) return "";
-  std::ostringstream os;
-  os << "max error " << err << " at element " << worst << " (impl " << impl[worst] << ", oracle " << fp64[worst]
-     << ") exceeds " << bound << " (same-precision error " << err_same << ")";
-  return os.str();
-}
+std::string check_forward(const ForwardArgs& a) { return props::judge_forward(a).first_failure(); }
+
+std::string check_backward(const BackwardArgs& a) { return props::judge_backward(a).first_failure(); }
 
 }  // namespace flashattn::reliability

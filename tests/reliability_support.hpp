@@ -1,5 +1,5 @@
 // Helpers shared by the reliability tests: an owned contiguous (bshd) problem with its buffers,
-// reading views back, and DESIGN.md's tolerance rule against the oracle.
+// reading views back, and the tolerance rule against the oracle (props/tolerance.hpp).
 #pragma once
 
 #include <cstdint>
@@ -56,17 +56,12 @@ class Problem {
 // Returns every element of view t as double, dense in [batch, seq, heads, dim] order.
 std::vector<double> read_dense(const Tensor& t);
 
-// Checks impl against the fp64 oracle by DESIGN.md's rule
-//   max|impl − fp64| ≤ factor · max|same − fp64| + floor,  floor = 4 · u(dtype) · max(1, max|fp64|),
-// where same is rounded to dtype first; non-finite impl where fp64 is finite always fails, and where
-// fp64 is ±inf impl must equal it. `min_magnitude` bounds the floor's magnitude from below (0 for
-// tests of tiny values, where the floor must scale with them); `relative` adds relative · max|fp64|
-// to the bound (an error source the same-precision oracle does not have, stated by the caller).
-// Returns "" on success, else a description of the worst element.
-std::string check_close(const std::vector<double>& impl, const std::vector<double>& fp64,
-                        const std::vector<double>& same, DType dtype, double factor, double min_magnitude = 1,
-                        double relative = 0);
+// Judges an implementation's results against the fp64 oracle by the tolerance rule every test
+// uses (props/tolerance.hpp, docs/semantics.md "How the tests judge a backend"): forward, a.out and
+// a.lse; backward, a.dq, a.dk, a.dv, with a.out and a.lse holding what the backward was given.
+// Returns "" when every output passes, else the first failing output's description.
+std::string check_forward(const ForwardArgs& a);
+std::string check_backward(const BackwardArgs& a);
 
-constexpr double kOutFactor = 2, kGradFactor = 3;
 
 }  // namespace flashattn::reliability

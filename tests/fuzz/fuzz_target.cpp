@@ -1,5 +1,6 @@
 // libFuzzer target: every backend, given decoded (often hostile) arguments over small buffers, must
-// either compute (and, where the inputs are tame, agree with the oracle) or throw flashattn::Error
+// either compute (and, where the inputs are tame, agree with the oracle by the tolerance rule of
+// props/tolerance.hpp, the one the property suite uses) or throw flashattn::Error
 // without writing anything. It must never crash, hang, throw anything else, or touch a byte outside
 // the views it was given (AddressSanitizer watches the buffers' edges; the checks below watch the
 // bytes between views).
@@ -21,6 +22,7 @@
 #include "flashattn/reference.hpp"
 #include "flashattn/validate.hpp"
 #include "fuzz_case.hpp"
+#include "props/tolerance.hpp"
 #ifdef FLASHATTN_FUZZ_CPU
 #include "flashattn/cpu.hpp"
 #endif
@@ -31,13 +33,6 @@ namespace {
 constexpr int64_t kMaxElements = int64_t{1} << 16;  // per tensor, counting broadcast (stride 0) views
 constexpr int64_t kMaxWork = int64_t{1} << 22;      // B·Hq·Nq·Nk·d: keeps one case well under a second
 constexpr unsigned char kPoison = 0xA5;             // written to output buffers before each call
-constexpr double kOutFactor = 2, kGradFactor = 3;   // DESIGN.md's tolerance factors
-constexpr double kFloorUnits = 16;                  // floor: units of rounding at the output magnitude
-// The fuzzer looks for gross errors (a wrong index or mask gives errors of the order of the values
-// themselves); the tight rule is the property suite's job. This relative slack covers what that
-// rule leaves to it, e.g. a recomputing backward's P = exp(S − LSE) inherits the fp32 LSE's
-// rounding, |LSE|·2^-24, which the materialising oracle never sees (1e-3 ≫ that at |S| <~ 1e3).
-constexpr double kGrossRelative = 1e-3;
 
 [[noreturn]] void die(const FuzzCase& c, const std::string& what) {
   std::fprintf(stderr, "fuzz check failed: %s\ncase: %s\n", what.c_str(), c.trace.c_str());
@@ -172,56 +167,6 @@ void check_untouched(const FuzzCase& c, const Snapshot& before, const std::vecto
     }
 }
 
-// Compares the elements of view t in the rows of every sequence with the oracle values (dense, t's
-// sizes) by DESIGN.md's rule: max|impl − fp64| ≤ factor·max|same − fp64| + floor.
-void compare_view(const FuzzCase& c, const char* what, const Tensor& t, bool key_rows, const std::vector<double>& fp64,
-                  const std::vector<double>& same, double factor) {
-  double err = 0, err_same = 0, magnitude = 1;
-  for (int64_t s = 0; s < num_sequences(c.args); ++s) {
-    const Sequence seq = sequence(c.args, s);
-    const int64_t row0 = key_rows ? seq.k_start : seq.q_start, rows = key_rows ? seq.k_rows : seq.mask.seqlen_q;
-    for (int64_t i = row0; i < row0 + rows; ++i)
-      for (int64_t h = 0; h < t.heads; ++h)
-        for (int64_t x = 0; x < t.dim; ++x) {
-          const size_t di = static_cast<size_t>(((seq.batch * t.seq + i) * t.heads + h) * t.dim + x);
-          const double got = load_as_float(t.data, t.dtype, t.offset(seq.batch, i, h) + x);
-          if (!std::isfinite(fp64[di])) continue;  // tame inputs can still overflow (e.g. huge scale)
-          if (!std::isfinite(got))
-            die(c, std::string(what) + " is not finite at row " + std::to_string(i) + " head " + std::to_string(h) +
-                       " where the oracle gives " + std::to_string(fp64[di]));
-          err = std::max(err, std::fabs(got - fp64[di]));
-          err_same = std::max(err_same, std::fabs(round_to(t.dtype, static_cast<float>(same[di])) - fp64[di]));
-          magnitude = std::max(magnitude, std::fabs(fp64[di]));
-        }
-  }
-  const double bound = factor * err_same + (kFloorUnits * unit_roundoff(t.dtype) + kGrossRelative) * magnitude;
-  if (err > bound)
-    die(c, std::string(what) + ": max error " + std::to_string(err) + " exceeds " + std::to_string(bound) +
-               " (same-precision error " + std::to_string(err_same) + ")");
-}
-
-void compare_lse(const FuzzCase& c, const std::vector<double>& fp64, const std::vector<double>& same) {
-  const BackwardArgs& a = c.args;
-  double err = 0, err_same = 0, magnitude = 1;
-  for (int64_t s = 0; s < num_sequences(a); ++s) {
-    const Sequence seq = sequence(a, s);
-    for (int64_t h = 0; h < a.q.heads; ++h)
-      for (int64_t i = 0; i < seq.mask.seqlen_q; ++i) {
-        const size_t li = static_cast<size_t>(lse_index(a, seq, h, i));
-        const double got = a.lse[li];
-        if (std::isinf(fp64[li]) || std::isinf(got)) {
-          if (got != fp64[li]) die(c, "lse " + std::to_string(got) + " where the oracle gives " + std::to_string(fp64[li]));
-          continue;
-        }
-        err = std::max(err, std::fabs(got - fp64[li]));
-        err_same = std::max(err_same, std::fabs(static_cast<float>(same[li]) - fp64[li]));
-        magnitude = std::max(magnitude, std::fabs(fp64[li]));
-      }
-  }
-  const double bound = kOutFactor * err_same + (kFloorUnits * unit_roundoff(DType::f32) + kGrossRelative) * magnitude;
-  if (!(err <= bound)) die(c, "lse: max error " + std::to_string(err) + " exceeds " + std::to_string(bound));
-}
-
 // Runs a case validate() rejected: every backend must throw Error and write nothing.
 void run_invalid(const FuzzCase& c, const std::string& message) {
   for (const Backend& b : backends()) {
@@ -253,16 +198,6 @@ void run_valid(FuzzCase& c) {
       c.tame = false;
     }
   }
-  reference::ForwardValues fwd64, fwd_same;
-  reference::BackwardValues bwd64, bwd_same;
-  if (c.tame && !c.backward) {
-    fwd64 = reference::forward_values(a, Precision::fp64);
-    fwd_same = reference::forward_values(a, Precision::same_as_input);
-  }
-  if (c.tame && c.backward) {
-    bwd64 = reference::backward_values(a, Precision::fp64);
-    bwd_same = reference::backward_values(a, Precision::same_as_input);
-  }
   const auto writable = writable_bytes(c);
   for (const Backend& b : backends()) {
     poison_outputs(c, writable);
@@ -278,14 +213,9 @@ void run_valid(FuzzCase& c) {
     }
     check_untouched(c, before, &writable, b.name);
     if (!c.tame || !b.may_reject_valid) continue;  // the oracle is compared with itself by construction
-    if (c.backward) {
-      compare_view(c, "dq", a.dq, false, bwd64.dq, bwd_same.dq, kGradFactor);
-      compare_view(c, "dk", a.dk, true, bwd64.dk, bwd_same.dk, kGradFactor);
-      compare_view(c, "dv", a.dv, true, bwd64.dv, bwd_same.dv, kGradFactor);
-    } else {
-      compare_view(c, "out", a.out, false, fwd64.out, fwd_same.out, kOutFactor);
-      if (a.lse) compare_lse(c, fwd64.lse, fwd_same.lse);
-    }
+    // The suite's one tolerance rule (props/tolerance.hpp), exactly as the property suite applies it.
+    const std::string failure = c.backward ? props::judge_backward(a).first_failure() : props::judge_forward(a).first_failure();
+    if (!failure.empty()) die(c, std::string(b.name) + ": " + failure);
   }
 }
 
