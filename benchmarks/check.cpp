@@ -1,4 +1,4 @@
-// Tolerance rules. See check.hpp.
+// The check against a trusted fp32 result (see check.hpp; the oracle rule is props/tolerance.hpp).
 #include "check.hpp"
 
 #include <cmath>
@@ -30,21 +30,6 @@ double max_abs(const std::vector<double>& x) {
   for (double v : x)
     if (std::isfinite(v)) m = std::max(m, std::fabs(v));
   return m;
-}
-
-TensorCheck check_vs_oracle(const std::string& name, const std::vector<double>& impl, const std::vector<double>& fp64,
-                            const std::vector<double>& same, flashattn::DType out_dtype, double c) {
-  std::vector<double> same_rounded(same.size());
-  for (size_t i = 0; i < same.size(); ++i)
-    same_rounded[i] = std::isfinite(same[i]) ? flashattn::round_to(out_dtype, static_cast<float>(same[i])) : same[i];
-  std::string ignored;
-  const double same_err = max_abs_diff(same_rounded, fp64, ignored);
-  TensorCheck r;
-  r.name = name;
-  r.max_err = max_abs_diff(impl, fp64, r.detail);
-  r.bound = c * same_err + kFloorUnits * flashattn::unit_roundoff(out_dtype) * max_abs(fp64);
-  r.passed = r.detail.empty() && r.max_err <= r.bound;
-  return r;
 }
 
 TensorCheck check_vs_trusted_f32(const std::string& name, const std::vector<double>& impl,

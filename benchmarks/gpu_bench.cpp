@@ -71,12 +71,12 @@ class GpuRunner : public Runner {
     auto down = [](const flashattn::Tensor& host, const flashattn::Tensor& dev) {
       cuda_check(cudaMemcpy(host.data, dev.data, span_bytes(host), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
     };
-    if (p == Pass::fwd) {
-      down(a.out, dev_.out);
-      cuda_check(cudaMemcpy(a.lse, dev_.lse, static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq) * sizeof(float),
-                            cudaMemcpyDeviceToHost),
-                 "cudaMemcpy D2H");
-    } else {
+    // out and lse in both passes: the backward's check needs the forward results it was given.
+    down(a.out, dev_.out);
+    cuda_check(cudaMemcpy(a.lse, dev_.lse, static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq) * sizeof(float),
+                          cudaMemcpyDeviceToHost),
+               "cudaMemcpy D2H");
+    if (p == Pass::bwd) {
       down(a.dq, dev_.dq);
       down(a.dk, dev_.dk);
       down(a.dv, dev_.dv);
