@@ -88,10 +88,11 @@ std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<
 }
 
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
-                       const std::vector<double>& naive) {
+                       const std::vector<double>& naive, double terms) {
   Allowance a;
   a.c = kLseFactor;
-  a.floor = kFloorUnits * flashattn::unit_roundoff(flashattn::DType::f32) * std::max(1.0, max_abs_finite(oracle));
+  a.floor = kFloorUnits * flashattn::unit_roundoff(flashattn::DType::f32) *
+            std::max({1.0, max_abs_finite(oracle), terms});
   return compare(impl.data(), oracle.data(), naive.data(), oracle.size(), a);
 }
 

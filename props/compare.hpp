@@ -67,9 +67,10 @@ double floor_for(flashattn::DType dtype, double magnitude);
 Comparison compare(const std::vector<double>& impl, const std::vector<double>& oracle,
                    const std::vector<double>& naive, double c, flashattn::DType dtype, double terms = 0);
 
-// LSE: an fp32 output; floor kFloorUnits · 2^-24 · max(1, max|oracle|).
+// LSE: an fp32 output; floor kFloorUnits · 2^-24 · max(1, max|oracle|, terms), `terms` the size of
+// the scores' terms LSE rounds at (Precision::magnitude's lse; 0: none).
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
-                       const std::vector<double>& naive);
+                       const std::vector<double>& naive, double terms = 0);
 
 // Returns, element by element, whichever of two naive results deviates more from the oracle
 // (finite deviations preferred): the naive error of the rule is the worse of two equally naive

@@ -140,7 +140,8 @@ int64_t first_above(const std::vector<double>& value, const std::vector<double>&
 }
 
 TEST_CASE("oracle magnitudes bound the values, and equal them for one visible key") {
-  // Precision::magnitude is what the cross-check's floor scales with: |Σ t| <= Σ|t| for every output,
+  // Precision::magnitude is what the rule's floor (out, dv) and fp32 dS term (dq, dk) scale with:
+  // |Σ t| <= Σ|t| for every output,
   // and with one key per row (no sum to cancel) out's magnitude is |out| itself.
   check("oracle/magnitude", [] {
     const Case c = *gen_case();

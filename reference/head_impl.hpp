@@ -37,6 +37,9 @@ struct HeadTiles {
 };
 
 // Passes 1-5: S = scale·Q Kᵀ, softcap, ALiBi, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij).
+// In Precision::magnitude lse[i] is instead the size of the terms LSE rounds at: the larger of
+// |lse_i| and Σ_j P_ij (|scale|·Σ_x |q_ix k_jx| + |ALiBi bias_ij|) (δLSE = Σ_j P_ij δS_ij, and each
+// S_ij is a sum of those terms).
 template <class Acc>
 void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> rnd, HeadTiles<Acc>& t, Acc* lse) {
   const int64_t nq = h.nq, nk = h.nk, d = h.d;
@@ -44,6 +47,7 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
   t.s.assign(nq * nk, 0);
   t.capped.assign(nq * nk, 0);
   t.p.assign(nq * nk, 0);
+  std::vector<Acc> terms(rnd.magnitude ? nk : 0);  // magnitude: the size of S_ij's terms, one row
   const Acc scale = rnd(static_cast<Acc>(h.scale)), cap = static_cast<Acc>(h.softcap);
   const Acc slope = static_cast<Acc>(h.slope);
   for (int64_t i = 0; i < nq; ++i) {
@@ -56,6 +60,11 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
         dot += rnd(scale * q[i * d + x]) * k[j * d + x];
       }
       Acc s = rnd(dot);
+      if (rnd.magnitude) {
+        Acc a = 0;
+        for (int64_t x = 0; x < d; ++x) a += std::fabs(scale * q[i * d + x] * k[j * d + x]);
+        terms[j] = a + std::fabs(slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
+      }
       // 2. soft-capping: S = c · tanh(S / c)
       if (cap > 0) s = rnd(cap * rnd(std::tanh(rnd(s / cap))));
       t.capped[i * nk + j] = s;
@@ -81,6 +90,11 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
     for (int64_t u = 0; u < nk; ++u) sum += std::exp(t.s[i * nk + rnd.at(nk, u)] - m);
     for (int64_t j = 0; j < nk; ++j) t.p[i * nk + j] = rnd(std::exp(t.s[i * nk + j] - m) / sum);
     lse[i] = m + std::log(sum);
+    if (rnd.magnitude) {
+      Acc a = 0;
+      for (int64_t j = 0; j < nk; ++j) a += t.p[i * nk + j] * terms[j];
+      lse[i] = std::max(std::fabs(lse[i]), a);
+    }
   }
 }
 

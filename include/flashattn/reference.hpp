@@ -26,7 +26,8 @@ enum class Precision : uint8_t {
                            // dq = |scale|·dS|K|, dk = |scale|·dSᵀ|Q|, dv = Pᵀ|dO|): per element,
                            // the size of the terms whose rounding it carries, where a sum that
                            // cancels is far smaller than its terms (tests scale their floor with
-                           // it). P itself is the fp64 oracle's; lse is the fp64 one.
+                           // it). P itself is the fp64 oracle's; lse is the size of the terms LSE
+                           // rounds at: max(|lse|, Σ_j P_ij(|scale|·Σ_x|q_ix k_jx| + |ALiBi bias|)).
   fp32,                    // fp32 accumulation and intermediates, inputs as stored: nothing is
                            // rounded to 16 bits (for f32 inputs the same as same_as_input). Tests
                            // take their naive LSE from it: LSE is an fp32 output whose error comes
