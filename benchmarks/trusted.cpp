@@ -61,10 +61,10 @@ const Trusted::Values* Trusted::fp32_by(const std::string& name) {
     return nullptr;
   }
   Outputs o = wide.make_outputs();
-  flashattn::BackwardArgs a = wide.backward_args(o);
+  const Calls a = wide.calls(o);
   r->prepare(a);
-  r->forward(a, c, c.problem.pass == Pass::bwd);
-  if (c.problem.pass == Pass::bwd) r->backward(a, c);
+  r->forward(a.forward, c, c.problem.pass == Pass::bwd);
+  if (c.problem.pass == Pass::bwd) r->backward(a.backward, c);
   r->fetch(a, c.problem.pass);
   Values v;
   v.ref = read(o, flashattn::DType::f32);

@@ -300,7 +300,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
   ts.slope = alibi_slope(a, s, h);
-  const bool transform = ts.softcap > 0 || ts.slope != 0;
+  const bool transform = ts.needs_transform();
   const float fused_scale = transform ? 1.0f : scale;  // as in the forward
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
   for (int64_t qb0 = 0, qb1 = 0; qb0 < nqb; qb0 = qb1) {

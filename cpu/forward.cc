@@ -162,7 +162,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     ts.diag = mask.diag();
     ts.softcap = a.softcap;
     ts.slope = alibi_slope(a, s, h);
-    const bool transform = ts.softcap > 0 || ts.slope != 0;
+    const bool transform = ts.needs_transform();
     // Without transforms the scale is fused into the softmax; masked raw scores must then become −∞
     // after multiplying by it.
     const float fused_scale = transform ? 1.0f : scale;

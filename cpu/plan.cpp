@@ -25,7 +25,7 @@ int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
 
 }  // namespace
 
-Plan make_plan(const ForwardArgs& a, const Config& c, bool backward) {
+Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
   if (c.backward_blocks < 0 || c.backward_blocks > kMaxPassBlocks)

@@ -91,7 +91,7 @@ inline bool backward_grouped(const Plan& p) { return ceil_div(p.max_q, p.block_q
 
 // Returns the plan of a validated forward or backward call (tile sizes from the config or the
 // defaults, which differ by pass).
-Plan make_plan(const ForwardArgs& a, const Config& c, bool backward);
+Plan make_plan(const AttentionArgs& a, const Config& c, bool backward);
 
 // Slots of the forward's shared fp32 k, v head copies (kv.h SharedKv): one per thread. A thread
 // releases its slot before it looks for another head, so it always finds a free one.

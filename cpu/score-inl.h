@@ -41,6 +41,11 @@ struct TileScores {
   int64_t diag = 0;    // Mask::diag(): key aligned with query row 0
   float softcap = 0;   // > 0: S <- softcap·tanh(S/softcap)
   float slope = 0;     // != 0: S <- S − slope·|i + diag − j|
+
+  // Returns whether the scores need the TransformScores pass. Without soft-capping and ALiBi the
+  // scale is fused into the exponent instead, except a zero scale: masked raw scores are made
+  // ±∞ before the product, and 0·∞ would be NaN.
+  bool needs_transform() const { return softcap > 0 || slope != 0 || scale == 0; }
 };
 
 // Turns raw q·k into scores: S = scale·st, then soft-capping, then ALiBi, on st[0, nk) x [0, W).

@@ -96,19 +96,28 @@ namespace {
 
 // Arguments for a size-only query (workspace_bytes reads no tensor element): distinct, far apart
 // fake addresses so validation sees non-overlapping, aligned views. Never dereferenced.
+void* size_query_address(uintptr_t i) { return reinterpret_cast<void*>((uintptr_t{1} << 40) + (i << 36)); }
+
+flashattn::ForwardArgs forward_size_query(int64_t nq, int64_t nk, int64_t heads_q, int64_t heads_k, int64_t d,
+                                          flashattn::DType t) {
+  auto addr = size_query_address;
+  flashattn::ForwardArgs f;
+  f.q = flashattn::bshd(addr(0), t, 1, nq, heads_q, d);
+  f.k = flashattn::bshd(addr(1), t, 1, nk, heads_k, d);
+  f.v = flashattn::bshd(addr(2), t, 1, nk, heads_k, d);
+  f.out = flashattn::bshd(addr(3), t, 1, nq, heads_q, d);
+  f.lse = static_cast<float*>(addr(8));
+  return f;
+}
+
 flashattn::BackwardArgs size_query(int64_t nq, int64_t nk, int64_t heads_q, int64_t heads_k, int64_t d,
                                    flashattn::DType t) {
-  auto addr = [](uintptr_t i) { return reinterpret_cast<void*>((uintptr_t{1} << 40) + (i << 36)); };
-  flashattn::BackwardArgs a;
-  a.q = flashattn::bshd(addr(0), t, 1, nq, heads_q, d);
-  a.k = flashattn::bshd(addr(1), t, 1, nk, heads_k, d);
-  a.v = flashattn::bshd(addr(2), t, 1, nk, heads_k, d);
-  a.out = flashattn::bshd(addr(3), t, 1, nq, heads_q, d);
+  auto addr = size_query_address;
+  flashattn::BackwardArgs a = flashattn::backward_args(forward_size_query(nq, nk, heads_q, heads_k, d, t));
   a.dout = flashattn::bshd(addr(4), t, 1, nq, heads_q, d);
   a.dq = flashattn::bshd(addr(5), t, 1, nq, heads_q, d);
   a.dk = flashattn::bshd(addr(6), t, 1, nk, heads_k, d);
   a.dv = flashattn::bshd(addr(7), t, 1, nk, heads_k, d);
-  a.lse = static_cast<float*>(addr(8));
   return a;
 }
 
@@ -131,8 +140,7 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
           c.block_q = tiles.block_q;
           c.block_k = tiles.block_k;
           auto fwd = [&](int64_t nq, int64_t nk) {
-            return flashattn::cpu::workspace_bytes(
-                static_cast<const flashattn::ForwardArgs&>(size_query(nq, nk, 2 * group, 2, d, t)), c);
+            return flashattn::cpu::workspace_bytes(forward_size_query(nq, nk, 2 * group, 2, d, t), c);
           };
           auto bwd = [&](int64_t nq, int64_t nk) {
             return flashattn::cpu::workspace_bytes(size_query(nq, nk, 2 * group, 2, d, t), c);
@@ -152,7 +160,8 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
   Config c;
   c.threads = 2;
   const auto a = size_query(n, n, 1, 1, 128, flashattn::DType::f32);
-  const double fwd = static_cast<double>(flashattn::cpu::workspace_bytes(static_cast<const flashattn::ForwardArgs&>(a), c));
+  const double fwd =
+      static_cast<double>(flashattn::cpu::workspace_bytes(forward_size_query(n, n, 1, 1, 128, flashattn::DType::f32), c));
   const double bwd = static_cast<double>(flashattn::cpu::workspace_bytes(a, c));
   MESSAGE("N=16384 d=128: forward scratch " << fwd / matrix << ", backward " << bwd / matrix << " of an N x N matrix");
   CHECK(fwd < matrix / 20);

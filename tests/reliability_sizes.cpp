@@ -79,7 +79,7 @@ void check_cpu(Problem& p, const ForwardArgs& opt) {
   const ForwardArgs fa = p.forward_args(opt);
   const auto f64 = reference::forward_values(fa), fsame = reference::forward_values(fa, Precision::same_as_input);
   const BackwardArgs ba = p.backward_args(opt);
-  reference::forward(ba);  // out and lse as the backward expects them
+  reference::forward(fa);  // out and lse as the backward expects them
   const auto b64 = reference::backward_values(ba), bsame = reference::backward_values(ba, Precision::same_as_input);
   for (const cpu::Target& target : cpu::targets())
     for (cpu::Config cfg : kTilings) {
@@ -93,7 +93,7 @@ void check_cpu(Problem& p, const ForwardArgs& opt) {
       const std::vector<double> lse(p.lse.begin(), p.lse.end());
       CHECK(check_close(lse, f64.lse, fsame.lse, DType::f32, kOutFactor) == "");
       // Restore the oracle's out and lse for the backward.
-      reference::forward(ba);
+      reference::forward(fa);
       cpu::backward(ba, cfg);
       CHECK(check_close(read_dense(ba.dq), b64.dq, bsame.dq, s.dtype, kGradFactor) == "");
       CHECK(check_close(read_dense(ba.dk), b64.dk, bsame.dk, s.dtype, kGradFactor) == "");
@@ -173,7 +173,7 @@ void check_varlen(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk
   const int64_t hq = 4, hk = 2, d = 8;
   Problem packed(lq, lk, hq, hk, d, t, 60);
   const BackwardArgs pa = packed.backward_args(opt);
-  reference::forward(pa);
+  reference::forward(packed.forward_args(opt));
   const auto packed_grads = reference::backward_values(pa);
   for (size_t s = 0; s < lq.size(); ++s) {
     CAPTURE(s);
@@ -187,7 +187,7 @@ void check_varlen(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk
           for (int64_t x = 0; x < d; ++x) one.set(w, 0, i, h, x, packed.get(w, 0, start + i, h, x));
     }
     const BackwardArgs oa = one.backward_args(opt);
-    reference::forward(oa);
+    reference::forward(one.forward_args(opt));
     const auto one_grads = reference::backward_values(oa);
     for (int64_t i = 0; i < lq[s]; ++i)
       for (int64_t h = 0; h < hq; ++h) {

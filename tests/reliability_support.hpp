@@ -54,7 +54,7 @@ class Problem {
 };
 
 // Returns every element of view t as double, dense in [batch, seq, heads, dim] order.
-std::vector<double> read_dense(const Tensor& t);
+std::vector<double> read_dense(const ConstTensor& t);
 
 // Checks impl against the fp64 oracle by DESIGN.md's rule
 //   max|impl − fp64| ≤ factor · max|same − fp64| + floor,  floor = 4 · u(dtype) · max(1, max|fp64|),

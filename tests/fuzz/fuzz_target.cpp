@@ -53,11 +53,11 @@ struct Backend {
 std::vector<Backend> backends() {
   using reference::Precision;
   std::vector<Backend> r = {
-      {"reference fp64", false, [](const FuzzCase& c) { reference::forward(c.args, Precision::fp64); },
-       [](const FuzzCase& c) { reference::backward(c.args, Precision::fp64); }},
+      {"reference fp64", false, [](const FuzzCase& c) { reference::forward(c.args.forward(), Precision::fp64); },
+       [](const FuzzCase& c) { reference::backward(c.args.backward(), Precision::fp64); }},
       {"reference same_as_input", false,
-       [](const FuzzCase& c) { reference::forward(c.args, Precision::same_as_input); },
-       [](const FuzzCase& c) { reference::backward(c.args, Precision::same_as_input); }}};
+       [](const FuzzCase& c) { reference::forward(c.args.forward(), Precision::same_as_input); },
+       [](const FuzzCase& c) { reference::backward(c.args.backward(), Precision::same_as_input); }}};
 #ifdef FLASHATTN_FUZZ_CPU
   // Tile sizes, threads, backward passes and SIMD target come from the case, so small problems reach every tile path.
   auto config = [](const FuzzCase& c) {
@@ -71,8 +71,8 @@ std::vector<Backend> backends() {
     if (!targets.empty()) cfg.target = targets[c.config_choice[3] % targets.size()].bit;
     return cfg;
   };
-  r.push_back({"cpu", true, [config](const FuzzCase& c) { cpu::forward(c.args, config(c)); },
-               [config](const FuzzCase& c) { cpu::backward(c.args, config(c)); }});
+  r.push_back({"cpu", true, [config](const FuzzCase& c) { cpu::forward(c.args.forward(), config(c)); },
+               [config](const FuzzCase& c) { cpu::backward(c.args.backward(), config(c)); }});
 #endif
   return r;
 }
@@ -88,14 +88,14 @@ int64_t span_bytes(const Tensor& t) {
 }
 
 std::vector<const Tensor*> inputs_and_outputs(const FuzzCase& c) {
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   if (!c.backward) return {&a.q, &a.k, &a.v, &a.out};
   return {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
 }
 
 // Returns whether a call validate() accepted stays inside the case's buffers and is small.
 bool fits(const FuzzCase& c) {
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   for (const Tensor* t : inputs_and_outputs(c)) {
     if (elements(*t) > kMaxElements) return false;
     if (has_elements(*t) && !inside_buffer(c, t->data, span_bytes(*t))) return false;
@@ -142,7 +142,7 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
         for (int64_t h = 0; h < t.heads; ++h)
           mark(static_cast<const unsigned char*>(t.data) + t.offset(b, s, h) * es, t.dim * es);
   };
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   if (c.backward) {
     mark_view(a.dq);
     mark_view(a.dk);
@@ -177,8 +177,9 @@ void check_untouched(const FuzzCase& c, const Snapshot& before, const std::vecto
 void compare_view(const FuzzCase& c, const char* what, const Tensor& t, bool key_rows, const std::vector<double>& fp64,
                   const std::vector<double>& same, double factor) {
   double err = 0, err_same = 0, magnitude = 1;
-  for (int64_t s = 0; s < num_sequences(c.args); ++s) {
-    const Sequence seq = sequence(c.args, s);
+  const ForwardArgs call = c.args.forward();
+  for (int64_t s = 0; s < num_sequences(call); ++s) {
+    const Sequence seq = sequence(call, s);
     const int64_t row0 = key_rows ? seq.k_start : seq.q_start, rows = key_rows ? seq.k_rows : seq.mask.seqlen_q;
     for (int64_t i = row0; i < row0 + rows; ++i)
       for (int64_t h = 0; h < t.heads; ++h)
@@ -201,7 +202,7 @@ void compare_view(const FuzzCase& c, const char* what, const Tensor& t, bool key
 }
 
 void compare_lse(const FuzzCase& c, const std::vector<double>& fp64, const std::vector<double>& same) {
-  const BackwardArgs& a = c.args;
+  const ForwardArgs a = c.args.forward();
   double err = 0, err_same = 0, magnitude = 1;
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
@@ -241,11 +242,11 @@ void run_invalid(const FuzzCase& c, const std::string& message) {
 // Error) writing only its outputs; on tame inputs the optimised backends agree with the oracle.
 void run_valid(FuzzCase& c) {
   using reference::Precision;
-  BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   if (c.backward) {
     // Make out and lse the forward's results, as a real backward call has them (when the forward
     // part is itself a valid forward call: out may alias an input in a backward call).
-    const ForwardArgs& f = a;
+    const ForwardArgs f = a.forward();
     try {
       validate(f);
       reference::forward(f);
@@ -256,12 +257,12 @@ void run_valid(FuzzCase& c) {
   reference::ForwardValues fwd64, fwd_same;
   reference::BackwardValues bwd64, bwd_same;
   if (c.tame && !c.backward) {
-    fwd64 = reference::forward_values(a, Precision::fp64);
-    fwd_same = reference::forward_values(a, Precision::same_as_input);
+    fwd64 = reference::forward_values(a.forward(), Precision::fp64);
+    fwd_same = reference::forward_values(a.forward(), Precision::same_as_input);
   }
   if (c.tame && c.backward) {
-    bwd64 = reference::backward_values(a, Precision::fp64);
-    bwd_same = reference::backward_values(a, Precision::same_as_input);
+    bwd64 = reference::backward_values(a.backward(), Precision::fp64);
+    bwd_same = reference::backward_values(a.backward(), Precision::same_as_input);
   }
   const auto writable = writable_bytes(c);
   for (const Backend& b : backends()) {
@@ -299,9 +300,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string message;
   try {
     if (c.backward)
-      validate(c.args);
+      validate(c.args.backward());
     else
-      validate(static_cast<const ForwardArgs&>(c.args));
+      validate(c.args.forward());
   } catch (const Error& e) {
     message = e.what();
   }
