@@ -326,7 +326,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     // has large scores, as in the forward); row sums for self-normalisation.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const float* kb = k.data + c0 * k.ld;
+      const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
       ts.c0 = c0;
       for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
         prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
@@ -340,13 +340,14 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         float* pt = b.pc + c0 * ld;
         float* tt = b.tc ? b.tc + c0 * ld : nullptr;
         ts.r0 = b.r0;
+        const ConstMatrix qt{b.qt, dim, b.W, ld};  // Qᵀ [d x W]
         if (exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
-          Gemm(dd, nkb, b.W, kb, k.ld, 1, b.qt, ld, dim, w.sd, ld, false);
+          Gemm(dd, Matrix<double>{w.sd, nkb, b.W, ld}, kb, qt, Accumulate::no);
           if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
           if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
         } else {
-          Gemm(d, nkb, b.W, kb, k.ld, 1, b.qt, ld, dim, pt, ld, false);
+          Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
           if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
           if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
@@ -363,8 +364,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     // in order.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const float* kb = k.data + c0 * k.ld;
-      const float* vb = v.data + c0 * v.ld;
+      const ConstMatrix kb = row_block(k, c0, nkb, dim), vb = row_block(v, c0, nkb, dim);  // K, V[c0, c1)
       {  // the next block's operands: long sequences stream them from memory
         const int64_t n1 = std::max<int64_t>(std::min(c1 + p.block_k, nk) - c1, 0);
         prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
@@ -379,16 +379,19 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         if (c0 < b.kb_lo || c0 >= b.key_hi || mask.classify(b.r0, b.r1, c0, c1) == TileKind::empty) continue;
         float* pt = b.pc + c0 * ld;
         if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
+        const Matrix<float> dpt{w.dpt, nkb, b.W, ld};  // dPᵀ, then dSᵀ [nkb x W]
+        const ConstMatrix ptile{pt, nkb, b.rows, ld};   // Pᵀ [nkb x rows]
+        const ConstMatrix dst{w.dpt, nkb, b.rows, ld};  // dSᵀ [nkb x rows]
         // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
-        Gemm(d, nkb, b.W, vb, v.ld, 1, b.dot, ld, dim, w.dpt, ld, false);
+        Gemm(d, dpt, vb, ConstMatrix{b.dot, dim, b.W, ld}, Accumulate::no);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]
         GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
         // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
-        Gemm(d, nkb, Wd, pt, ld, 1, b.dor, dp, b.rows, w.dvg + c0 * dp, dp, true);
+        Gemm(d, Matrix<float>{w.dvg + c0 * dp, nkb, Wd, dp}, ptile, ConstMatrix{b.dor, b.rows, Wd, dp}, Accumulate::yes);
         // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
-        Gemm(d, nkb, Wd, w.dpt, ld, 1, b.qr, dp, b.rows, w.dkg + c0 * dp, dp, true);
+        Gemm(d, Matrix<float>{w.dkg + c0 * dp, nkb, Wd, dp}, dst, ConstMatrix{b.qr, b.rows, Wd, dp}, Accumulate::yes);
         // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
-        Gemm(d, dim, b.W, kb, 1, k.ld, w.dpt, ld, nkb, b.dqt, ld, true);
+        Gemm(d, Matrix<float>{b.dqt, dim, b.W, ld}, Transposed(kb), dpt, Accumulate::yes);
       }
     }
     for (int64_t i = 0; i < nb; ++i) {

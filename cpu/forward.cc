@@ -167,6 +167,8 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     // after multiplying by it.
     const float fused_scale = transform ? 1.0f : scale;
     const float hidden = fused_scale < 0 ? inf : -inf;
+    const ConstMatrix qt{w.qt, dim, W, ld};  // Qᵀ [d x W]
+    const Matrix<float> ot{w.ot, dim, W, ld};  // Oᵀ [d x W]
     for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
       prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
@@ -178,13 +180,15 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       }
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
+      const Matrix<float> st{w.st, nk, W, ld};  // Sᵀ, then Pᵀ [nk x W]
       // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), then
       // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs whose
       // tile has large scores
       ts.c0 = c0;
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nk) : 0.0f;
+      const ConstMatrix kblock = row_block(k, c0, nk, dim);  // K[c0, c1)
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
-        Gemm(dd, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
+        Gemm(dd, Matrix<double>{w.sd, nk, W, ld}, kblock, qt, Accumulate::no);
         if (transform) TransformScoresExact(dd, w.sd, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);
         OnlineSoftmaxExact(dd, w.sd, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
@@ -192,7 +196,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
         // A full tile of plain scores takes its row max from the product's registers.
         float* tmax = !transform && kind == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
         if (tmax) std::fill(tmax, tmax + W, -inf);
-        Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false, tmax);
+        Gemm(d, st, kblock, qt, Accumulate::no, tmax);
         if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
         OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
@@ -200,7 +204,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       // O ·= α
       RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
       // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
-      Gemm(d, dim, W, v.data + c0 * v.ld, 1, v.ld, w.st, ld, nk, w.ot, ld, true);
+      Gemm(d, ot, Transposed(row_block(v, c0, nk, dim)), st, Accumulate::yes);
     }
   }
 
