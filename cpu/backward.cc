@@ -22,6 +22,7 @@
 #include "kv.h"
 #include "plan.h"
 #include "rows.h"
+#include "scratch.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backward.cc"
@@ -39,83 +40,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 
 namespace {
-
-// One query block's operands and state in the backward: the inputs of its tile products, its dQ
-// accumulator and its P cache (sizes in plan.cpp: backward_block_floats).
-struct QueryBlock {
-  float* qt;      // [d x qpad] Qᵀ
-  float* dot;     // [d x qpad] dOᵀ
-  float* dqt;     // [dpad x qpad] dQᵀ accumulator (fp32; rows past d stay 0)
-  float* qr;      // [qpad x dpad] Q, rows zero-padded to dpad
-  float* dor;     // [qpad x dpad] dO
-  float* dd;      // [qpad] D = rowsum(dO∘O)
-  float* lse;     // [qpad] LSE, +∞ for rows that see no key (so P = 0)
-  float* rnorm;   // [qpad] 1 / Σ_j exp(S − LSE) when self-normalising
-  int32_t* kbeg;  // [qpad] first visible key per row
-  int32_t* kend;  // [qpad] one past the last visible key
-  float* pc;      // [kpad x qpad] Pᵀ of every key block of the query block (the P cache)
-  float* tc;      // [kpad x qpad] tanh(S/softcap) likewise (soft-capping only, else null)
-  // Set by PrepareBlock:
-  int64_t r0 = 0, r1 = 0, rows = 0, W = 0;  // query rows [r0, r1), rows rounded up to vectors
-  int64_t kb_lo = 0, key_hi = 0;            // key blocks [kb_lo, key_hi) the rows may see
-  float qmax2 = 0.0f;                       // largest squared norm of a Q row (adaptive scores)
-
-  // Lays the block out from s; returns the float after it.
-  float* Place(float* s, const Plan& p) {
-    const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad, kpad = round_up(p.max_k, p.block_k);
-    qt = s;
-    dot = qt + tq;
-    dqt = dot + tq;
-    qr = dqt + p.dpad * p.qpad;
-    dor = qr + tr;
-    dd = dor + tr;
-    lse = dd + p.qpad;
-    rnorm = lse + p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(rnorm + p.qpad);
-    kend = kbeg + p.qpad;
-    pc = reinterpret_cast<float*>(kend + p.qpad);
-    tc = p.softcap ? pc + kpad * p.qpad : nullptr;
-    return pc + (p.softcap ? 2 : 1) * kpad * p.qpad;
-  }
-};
-
-// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats): the query
-// blocks of one pass over the keys, the dP/dS tile, and the head's dK, dV accumulators.
-struct BackwardScratch {
-  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
-  QueryBlock blk[kMaxPassBlocks];  // the first p.pass_blocks are placed
-  float* dpt;     // [block_k x qpad] dPᵀ, then dSᵀ
-  float* dkt;     // [max_k x dpad] dK accumulator of the head (fp32)
-  float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
-  float* dkg;     // [max_k x dpad] dK of the current group of query blocks (backward_grouped), else dkt
-  float* dvg;     // [max_k x dpad] dV likewise, else dvt
-  float* row;     // [dpad]
-  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
-  float* knorm;   // [max_k] squared norms of the head's key rows (adaptive exact scores, else null)
-
-  BackwardScratch(float* s, const Plan& p) {
-    sd = nullptr;
-    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
-      sd = reinterpret_cast<double*>(s);
-      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
-    }
-    for (int64_t b = 0; b < p.pass_blocks; ++b) s = blk[b].Place(s, p);
-    dpt = s;
-    dkt = dpt + p.block_k * p.qpad;
-    dvt = dkt + p.max_k * p.dpad;
-    dkg = dkt;
-    dvg = dvt;
-    float* after = dvt + p.max_k * p.dpad;
-    if (backward_grouped(p)) {
-      dkg = after;
-      dvg = dkg + p.max_k * p.dpad;
-      after = dvg + p.max_k * p.dpad;
-    }
-    row = after;
-    kv = row + p.dpad;
-    knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
-  }
-};
 
 // Sᵀ ← exp(scale·Sᵀ − LSE) lane-wise (product and difference rounded once, as in the forward):
 // P recomputed from the forward's log-sum-exp.
@@ -479,14 +403,14 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
-      BackwardScratch w(scratch, p);
+      BackwardScratch w = place<BackwardScratch>(scratch, p);
       BackwardItem(a, p, w, held, it / heads, it % heads, partial);
     }
     if (partial) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t it = 0; it < groups; ++it) {
         if (!scratch) continue;
-        BackwardScratch w(scratch, p);
+        BackwardScratch w = place<BackwardScratch>(scratch, p);
         SumGroup(a, p, partial, w.row, it / a.k.heads, it % a.k.heads);
       }
     }

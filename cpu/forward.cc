@@ -15,6 +15,7 @@
 #include "plan.h"
 #include "kv.h"
 #include "rows.h"
+#include "scratch.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "forward.cc"
@@ -32,41 +33,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 
 namespace {
-
-// Views one forward work item's scratch (sizes in plan.cpp: forward_scratch_floats).
-struct ForwardScratch {
-  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
-  float* qt;      // [d x qpad] Qᵀ
-  float* ot;      // [dpad x qpad] Oᵀ accumulator (rows past d stay 0)
-  float* st;      // [block_k x qpad] Sᵀ, then Pᵀ
-  float* m;       // [qpad] running row max
-  float* l;       // [qpad] running row sum
-  float* alpha;   // [qpad] rescale factor of the last step
-  float* tmax;    // [qpad] row max of the raw scores of the current tile (from the S product)
-  int32_t* kbeg;  // [qpad] first visible key per row
-  int32_t* kend;  // [qpad] one past the last visible key per row
-  float* rows;    // [qpad x dpad] the block's rows in fp32 (padded with 0): Q on the way in, O out
-  float* knorm;   // [max_k] squared norms of one head's key rows (adaptive exact scores, else null)
-
-  ForwardScratch(float* s, const Plan& p) {
-    sd = nullptr;
-    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
-      sd = reinterpret_cast<double*>(s);
-      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
-    }
-    qt = s;
-    ot = qt + p.dim * p.qpad;
-    st = ot + p.dpad * p.qpad;
-    m = st + p.block_k * p.qpad;
-    l = m + p.qpad;
-    alpha = l + p.qpad;
-    tmax = alpha + p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(tmax + p.qpad);
-    kend = kbeg + p.qpad;
-    rows = reinterpret_cast<float*>(kend + p.qpad);
-    knorm = p.exact_scores ? rows + p.qpad * p.dpad : nullptr;
-  }
-};
 
 // What one thread keeps from item to item: the SharedKv slot it holds, and which head's key norms
 // w.knorm holds.
@@ -261,7 +227,7 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
       if (!scratch) continue;
-      ForwardScratch w(scratch, p);
+      ForwardScratch w = place<ForwardScratch>(scratch, p);
       // A chunk is [k·chunk, (k+1)·chunk): the next item of the chunk runs on this thread next.
       const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
       ForwardItem(a, p, w, shared, held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
