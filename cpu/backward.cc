@@ -14,12 +14,11 @@
 // sums each group's heads in head order (GQA/MQA still run one item per query head in parallel).
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 
 #include "flashattn/problem.hpp"
 #include "kv.h"
+#include "parallel.h"
 #include "plan.h"
 #include "rows.h"
 #include "scratch.h"
@@ -387,35 +386,18 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
   const size_t floats = backward_scratch_floats(p);
   const size_t partial_floats = backward_partial_floats(p);
   float* partial = partial_floats ? call_scratch(partial_floats) : nullptr;
-  const int64_t groups = p.sequences * a.k.heads;
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(p.threads)
-  {
-    float* scratch = nullptr;
-    try {
-      scratch = thread_scratch(floats);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      error = std::current_exception();
-    }
+  struct Thread {
+    BackwardScratch w;
     KvCopy held;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      if (!scratch) continue;
-      BackwardScratch w = place<BackwardScratch>(scratch, p);
-      BackwardItem(a, p, w, held, it / heads, it % heads, partial);
-    }
-    if (partial) {
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t it = 0; it < groups; ++it) {
-        if (!scratch) continue;
-        BackwardScratch w = place<BackwardScratch>(scratch, p);
-        SumGroup(a, p, partial, w.row, it / a.k.heads, it % a.k.heads);
-      }
-    }
+  };
+  ParallelFor(
+      p.threads, items, 1, [&] { return Thread{place<BackwardScratch>(thread_scratch(floats), p), {}}; },
+      [&](int64_t it, Thread& t) { BackwardItem(a, p, t.w, t.held, it / heads, it % heads, partial); });
+  if (partial) {  // after every item: the groups' sums read all their heads' partials
+    ParallelFor(
+        p.threads, p.sequences * a.k.heads, 1, [&] { return place<BackwardScratch>(thread_scratch(floats), p); },
+        [&](int64_t it, BackwardScratch& w) { SumGroup(a, p, partial, w.row, it / a.k.heads, it % a.k.heads); });
   }
-  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

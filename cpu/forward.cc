@@ -7,13 +7,12 @@
 // and row max / row sum are lane-wise.
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 
 #include "flashattn/problem.hpp"
 #include "plan.h"
 #include "kv.h"
+#include "parallel.h"
 #include "rows.h"
 #include "scratch.h"
 
@@ -212,28 +211,17 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
   const size_t shared_floats = forward_shared_floats(p);
   SharedKv shared(shared_floats ? call_scratch(shared_floats) : nullptr, p);
   const size_t floats = forward_scratch_floats(p);
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(p.threads)
-  {
-    float* scratch = nullptr;
-    try {
-      scratch = thread_scratch(floats);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      error = std::current_exception();
-    }
+  struct Thread {
+    ForwardScratch w;
     HeadState held;
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t it = 0; it < items; ++it) {
-      if (!scratch) continue;
-      ForwardScratch w = place<ForwardScratch>(scratch, p);
-      // A chunk is [k·chunk, (k+1)·chunk): the next item of the chunk runs on this thread next.
-      const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
-      ForwardItem(a, p, w, shared, held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  };
+  ParallelFor(
+      p.threads, items, chunk, [&] { return Thread{place<ForwardScratch>(thread_scratch(floats), p), {}}; },
+      [&](int64_t it, Thread& t) {
+        // The next item of the chunk runs on this thread next.
+        const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
+        ForwardItem(a, p, t.w, shared, t.held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
+      });
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE
