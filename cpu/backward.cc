@@ -387,16 +387,22 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
   const size_t partial_floats = backward_partial_floats(p);
   float* partial = partial_floats ? call_scratch(partial_floats) : nullptr;
   struct Thread {
-    BackwardScratch w;
+    float* scratch;
     KvCopy held;
   };
   ParallelFor(
-      p.threads, items, 1, [&] { return Thread{place<BackwardScratch>(thread_scratch(floats), p), {}}; },
-      [&](int64_t it, Thread& t) { BackwardItem(a, p, t.w, t.held, it / heads, it % heads, partial); });
+      p.threads, items, 1, [&] { return Thread{thread_scratch(floats), {}}; },
+      [&](int64_t it, Thread& t) {
+        // A local view of the layout: its pointers stay in registers across the item's calls.
+        BackwardScratch w = place<BackwardScratch>(t.scratch, p);
+        BackwardItem(a, p, w, t.held, it / heads, it % heads, partial);
+      });
   if (partial) {  // after every item: the groups' sums read all their heads' partials
     ParallelFor(
-        p.threads, p.sequences * a.k.heads, 1, [&] { return place<BackwardScratch>(thread_scratch(floats), p); },
-        [&](int64_t it, BackwardScratch& w) { SumGroup(a, p, partial, w.row, it / a.k.heads, it % a.k.heads); });
+        p.threads, p.sequences * a.k.heads, 1, [&] { return thread_scratch(floats); },
+        [&](int64_t it, float* scratch) {
+          SumGroup(a, p, partial, place<BackwardScratch>(scratch, p).row, it / a.k.heads, it % a.k.heads);
+        });
   }
 }
 

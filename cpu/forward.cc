@@ -212,15 +212,17 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
   SharedKv shared(shared_floats ? call_scratch(shared_floats) : nullptr, p);
   const size_t floats = forward_scratch_floats(p);
   struct Thread {
-    ForwardScratch w;
+    float* scratch;
     HeadState held;
   };
   ParallelFor(
-      p.threads, items, chunk, [&] { return Thread{place<ForwardScratch>(thread_scratch(floats), p), {}}; },
+      p.threads, items, chunk, [&] { return Thread{thread_scratch(floats), {}}; },
       [&](int64_t it, Thread& t) {
+        // A local view of the layout: its pointers stay in registers across the item's calls.
+        ForwardScratch w = place<ForwardScratch>(t.scratch, p);
         // The next item of the chunk runs on this thread next.
         const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
-        ForwardItem(a, p, t.w, shared, t.held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
+        ForwardItem(a, p, w, shared, t.held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
       });
 }
 
