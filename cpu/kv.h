@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flashattn/problem.hpp"
+#include "matrix.h"
 #include "plan.h"
 #include "rows.h"
 
@@ -28,6 +29,11 @@ struct Rows {
   const float* data = nullptr;
   int64_t ld = 0;
 };
+
+// Rows [first, first + n) of r, `cols` elements each, as a matrix (a key block of K or V).
+inline ConstMatrix row_block(const Rows& r, int64_t first, int64_t n, int64_t cols) {
+  return {r.data + first * r.ld, n, cols, r.ld};
+}
 
 // Widens n elements at offset `off` of a buffer of dtype t into dst (load_row or a SIMD version).
 using WidenFn = void (*)(const void* data, DType t, int64_t off, int64_t n, float* dst);

@@ -1,5 +1,5 @@
 // Internal interface of flashattn::cpu: the per-call plan (tile sizes, threads, target) and the
-// per-thread scratch layout shared by the kernels and workspace_bytes. Includes only hwy/base.h
+// scratch sizes shared by the kernels and workspace_bytes. Includes only hwy/base.h
 // (STYLE.md #8); the SIMD code lives in forward.cc / backward.cc.
 #pragma once
 
@@ -100,10 +100,9 @@ inline int shared_kv_slots(const Plan& p) { return p.threads; }
 // Floats of the forward's call-wide buffer of shared k, v head copies (0 when read in place).
 size_t forward_shared_floats(const Plan& p);
 
-// Floats of per-thread scratch the forward and backward kernels use (the layout is in the kernels;
-// these are its sizes, used both to allocate and to report).
+// Floats of per-thread scratch the forward and backward kernels use, counted from the layouts they
+// place (scratch.h), used both to allocate and to report.
 size_t forward_scratch_floats(const Plan& p);
-size_t backward_block_floats(const Plan& p);
 size_t backward_scratch_floats(const Plan& p);
 // Floats of the call-wide fp32 buffer of per-query-head dK, dV partials the backward sums over
 // each group in fixed order (0 without GQA/MQA).
