@@ -1,6 +1,7 @@
 // Tolerance rules that decide whether an implementation's result is right.
 //
-// Against the fp64 oracle (DESIGN.md): max|impl − fp64| ≤ c · max|same_precision − fp64| + floor,
+// Against the fp64 oracle (docs/semantics.md, "How the tests judge a backend"):
+// max|impl − fp64| ≤ c · max|same_precision − fp64| + floor,
 // c = 2 for out and lse, 3 for dq, dk, dv; same_precision is the oracle's naive low-precision mode
 // with its output rounded to the output dtype (as a naive implementation would store it);
 // floor = kFloorUnits · u(dtype) · max|fp64| (a few units of rounding at the output's magnitude).
@@ -24,8 +25,8 @@ namespace bench {
 constexpr double kFloorUnits = 4;  // 2 ulps of the output dtype
 constexpr double kLowpUnits = 4;   // a low-precision output vs fp32: rounding of inputs' products and of out
 constexpr double kF32Units = 16;   // fp32 exp / reciprocal / rounding, order independent part
-constexpr double kCOut = 2;        // DESIGN.md: c for out (and lse)
-constexpr double kCGrad = 3;       // DESIGN.md: c for dq, dk, dv
+constexpr double kCOut = 2;        // docs/semantics.md: c for out (and lse)
+constexpr double kCGrad = 3;       // docs/semantics.md: c for dq, dk, dv
 
 struct TensorCheck {
   std::string name;

@@ -1,6 +1,7 @@
 // Internal interface of flashattn::cpu: the per-call plan (tile sizes, threads, target) and the
-// scratch sizes shared by the kernels and workspace_bytes. Includes only hwy/base.h
-// (STYLE.md #8); the SIMD code lives in forward.cc / backward.cc.
+// per-thread scratch layout shared by the kernels and workspace_bytes. Includes only hwy/base.h
+// (no per-target SIMD code here, so any file can include it); the SIMD code lives in forward.cc /
+// backward.cc.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +20,7 @@ constexpr int64_t kMaxLanes = 16;
 
 // Default query rows per tile: 4 AVX-512 vectors. The S and P tiles are [block_k x block_q] fp32 and
 // the O accumulator [d x block_q]: at d = 128 they take 32 + 32 KiB, sized for the 1 MiB L2 with the
-// K and V blocks beside them (CPU-NOTES.md).
+// K and V blocks beside them (docs/cpu-design.md, "Tile sizes").
 constexpr int kDefaultBlockQ = 64;
 // Default key rows per tile (d <= 128), and for larger head dims (keeps K and V blocks within L2).
 constexpr int kDefaultBlockK = 128;
@@ -42,7 +43,7 @@ constexpr int64_t kAccumulateGroupRows = 16384;
 // Most query blocks one backward pass over the keys may carry (Config::backward_blocks), and the
 // default for a head whose fp32 K, V, dK and dV (4·seqlen_k·dpad floats) outgrow kBackwardHeadBytes:
 // the pass then streams them from memory (or L3) once per kDefaultPassBlocks query blocks instead of
-// once per block (benchmarks/RESULTS.md, "backward passes"). Smaller heads stay in cache; one block
+// once per block (docs/cpu-design.md, "The backward"). Smaller heads stay in cache; one block
 // per pass keeps their P cache small.
 constexpr int64_t kMaxPassBlocks = 16;
 constexpr int64_t kDefaultPassBlocks = 4;

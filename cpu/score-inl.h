@@ -1,6 +1,6 @@
 // Element-wise passes over a transposed score tile Sᵀ[j][i] (key j of the tile, query row i in the
 // vector lanes; row stride `ld` floats, columns [0, W) with W a multiple of the lane count): the
-// score transforms of DESIGN.md (soft-capping, then ALiBi), the mask of partial tiles, and the online
+// score transforms of docs/semantics.md (soft-capping, then ALiBi), the mask of partial tiles, and the online
 // softmax update of the forward. Rows are lanes, so per-row reductions are lane-wise (no shuffles).
 #if defined(FLASHATTN_CPU_SCORE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FLASHATTN_CPU_SCORE_INL_H_

@@ -11,7 +11,8 @@ namespace flashattn::cpu::detail {
 namespace {
 
 constexpr size_t kHugePageHint = size_t{2} << 20;  // ask for huge pages from 2 MiB: first touch of
-                                                   // 4 KiB pages costs ~10 µs here (CPU-NOTES.md)
+                                                   // 4 KiB pages cost ~10 µs on the Zen 5 host
+                                                   // (docs/cpu-design.md, "Scratch")
 
 // One thread's buffer; freed when the thread exits.
 struct Arena {

@@ -1,4 +1,4 @@
-// The tolerance rule of DESIGN.md, as one reusable function.
+// The tolerance rule of docs/semantics.md ("How the tests judge a backend"), as one reusable function.
 //
 //   max|impl − oracle_fp64| ≤ c · max|oracle_same_precision − oracle_fp64| + floor
 //

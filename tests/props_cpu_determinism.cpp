@@ -152,9 +152,11 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
       }
     }
   }
-  // At N = 16384, d = 128 (one head, two threads, default tiles) the scratch is a small fraction
-  // of one N x N fp32 matrix (1 GiB): the forward holds one fp32 copy of a head's K and V per thread
-  // (bshd rows are strided), the backward the operands of one head's query rows per thread.
+  // At N = 16384, d = 128 (one f32 head, two threads, default config) the scratch is a small
+  // fraction of one N x N fp32 matrix (1 GiB): with one head the bshd rows are contiguous, so K and
+  // V are read in place and the forward holds only its tiles (~0.05 %); the backward holds per
+  // thread the P caches of one pass (4 query blocks) and the head's dK, dV accumulators (~6.4 %).
+  // Strided or 16-bit K/V add an fp32 head copy per thread (docs/cpu-design.md, "Memory").
   const int64_t n = 16384;
   const double matrix = static_cast<double>(n) * n * sizeof(float);
   Config c;

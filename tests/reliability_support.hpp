@@ -1,5 +1,5 @@
 // Helpers shared by the reliability tests: an owned contiguous (bshd) problem with its buffers,
-// reading views back, and DESIGN.md's tolerance rule against the oracle.
+// reading views back, and the tolerance rule of docs/semantics.md against the oracle.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +56,7 @@ class Problem {
 // Returns every element of view t as double, dense in [batch, seq, heads, dim] order.
 std::vector<double> read_dense(const ConstTensor& t);
 
-// Checks impl against the fp64 oracle by DESIGN.md's rule
+// Checks impl against the fp64 oracle by the rule of docs/semantics.md ("How the tests judge a backend")
 //   max|impl − fp64| ≤ factor · max|same − fp64| + floor,  floor = 4 · u(dtype) · max(1, max|fp64|),
 // where same is rounded to dtype first; non-finite impl where fp64 is finite always fails, and where
 // fp64 is ±inf impl must equal it. `min_magnitude` bounds the floor's magnitude from below (0 for

@@ -80,8 +80,9 @@ FLASHATTN_HD constexpr int64_t kv_head(int64_t h, int64_t heads_q, int64_t heads
   return h / (heads_q / heads_k);
 }
 
-// Returns the score after the optional soft-capping and ALiBi of docs/semantics.md, in this order, for
-// row i and key j of a sequence with mask m; s is scale * q·k. Masking is not applied here.
+// Returns the score after the optional soft-capping and ALiBi of docs/semantics.md, in this
+// order, for row i and key j of a sequence with mask m; s is scale * q·k. Masking is not
+// applied here.
 template <class T>
 FLASHATTN_HD inline T transform_score(T s, T softcap, T slope, int64_t i, int64_t j, const Mask& m) {
   if (softcap > T(0)) s = softcap * std::tanh(s / softcap);

@@ -31,7 +31,7 @@ namespace {
 constexpr int64_t kMaxElements = int64_t{1} << 16;  // per tensor, counting broadcast (stride 0) views
 constexpr int64_t kMaxWork = int64_t{1} << 22;      // B·Hq·Nq·Nk·d: keeps one case well under a second
 constexpr unsigned char kPoison = 0xA5;             // written to output buffers before each call
-constexpr double kOutFactor = 2, kGradFactor = 3;   // DESIGN.md's tolerance factors
+constexpr double kOutFactor = 2, kGradFactor = 3;   // docs/semantics.md's tolerance factors
 constexpr double kFloorUnits = 16;                  // floor: units of rounding at the output magnitude
 // The fuzzer looks for gross errors (a wrong index or mask gives errors of the order of the values
 // themselves); the tight rule is the property suite's job. This relative slack covers what that
@@ -173,7 +173,8 @@ void check_untouched(const FuzzCase& c, const Snapshot& before, const std::vecto
 }
 
 // Compares the elements of view t in the rows of every sequence with the oracle values (dense, t's
-// sizes) by DESIGN.md's rule: max|impl − fp64| ≤ factor·max|same − fp64| + floor.
+// sizes) by the rule of docs/semantics.md ("How the tests judge a backend"):
+// max|impl − fp64| ≤ factor·max|same − fp64| + floor.
 void compare_view(const FuzzCase& c, const char* what, const Tensor& t, bool key_rows, const std::vector<double>& fp64,
                   const std::vector<double>& same, double factor) {
   double err = 0, err_same = 0, magnitude = 1;
