@@ -26,7 +26,7 @@ std::string Problem::describe() const {
 double visible_pairs(const Problem& p) {
   const double nq = static_cast<double>(p.seqlen_q), nk = static_cast<double>(p.seqlen_k);
   if (!p.causal) return nq * nk;
-  if (p.seqlen_q == p.seqlen_k) return 0.5 * nq * nk;  // DESIGN.md: halved for causal when Nq = Nk
+  if (p.seqlen_q == p.seqlen_k) return 0.5 * nq * nk;  // docs/benchmarks.md: halved for causal when Nq = Nk
   const flashattn::Mask m = flashattn::Mask::make(p.seqlen_q, p.seqlen_k, true, -1, -1);
   double pairs = 0;
   for (int64_t i = 0; i < p.seqlen_q; ++i) pairs += static_cast<double>(m.key_end(i) - m.key_begin(i));
@@ -35,7 +35,7 @@ double visible_pairs(const Problem& p) {
 
 double flops(const Problem& p) {
   constexpr double kFwdFlopsPerPairDim = 4.0;  // 2·d for S = q·k, 2·d for O += p·v
-  constexpr double kBwdOverFwd = 2.5;          // DESIGN.md convention
+  constexpr double kBwdOverFwd = 2.5;          // docs/benchmarks.md, "FLOP convention"
   const double fwd = kFwdFlopsPerPairDim * static_cast<double>(p.batch * p.heads_q * p.head_dim) * visible_pairs(p);
   return p.pass == Pass::fwd ? fwd : kBwdOverFwd * fwd;
 }

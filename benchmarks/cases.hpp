@@ -31,7 +31,7 @@ struct Case {
   int block_q = 0, block_k = 0;
 };
 
-// Returns the FLOPs of DESIGN.md's convention: fwd = 4·B·Hq·Nq·Nk·d, halved for causal when
+// Returns the FLOPs of docs/benchmarks.md's convention: fwd = 4·B·Hq·Nq·Nk·d, halved for causal when
 // Nq = Nk; bwd = 2.5 × fwd. For causal with Nq ≠ Nk, counts the visible (i, j) pairs exactly.
 double flops(const Problem& p);
 

@@ -41,7 +41,7 @@ struct DeviceBuffer {
 };
 
 // Bytes spanned by a dense tensor view (the benchmark's tensors are contiguous bshd).
-size_t span_bytes(const flashattn::Tensor& t) {
+size_t span_bytes(const flashattn::ConstTensor& t) {
   return static_cast<size_t>(t.batch * t.stride_batch) * flashattn::dtype_size(t.dtype);
 }
 
@@ -51,57 +51,64 @@ class GpuRunner : public Runner {
   std::string refuse(const Case& c, const RunSettings&) const override {
     return flashattn::gpu::unsupported_reason(c.problem.dtype, c.problem.head_dim);
   }
-  void prepare(const flashattn::BackwardArgs& a) override {
-    dev_ = a;
-    upload(a.q, dev_.q, "q");
-    upload(a.k, dev_.k, "k");
-    upload(a.v, dev_.v, "v");
-    upload(a.out, dev_.out, "out");
-    const size_t lse_bytes = static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq) * sizeof(float);
+  void prepare(const Calls& host) override {
+    const flashattn::ForwardArgs& f = host.forward;
+    const flashattn::BackwardArgs& a = host.backward;
+    flashattn::ForwardArgs& df = dev_.forward;
+    df = f;
+    df.q = upload(f.q, "q");
+    df.k = upload(f.k, "k");
+    df.v = upload(f.v, "v");
+    df.out = upload(f.out, "out");
+    const size_t lse_bytes = static_cast<size_t>(f.q.batch * f.q.heads * f.q.seq) * sizeof(float);
     bufs_["lse"] = DeviceBuffer(lse_bytes);
-    dev_.lse = static_cast<float*>(bufs_["lse"].ptr);
+    df.lse = static_cast<float*>(bufs_["lse"].ptr);
+    dev_.backward = flashattn::backward_args(df);
     if (a.dout.data) {
-      upload(a.dout, dev_.dout, "dout");
-      upload(a.dq, dev_.dq, "dq");
-      upload(a.dk, dev_.dk, "dk");
-      upload(a.dv, dev_.dv, "dv");
+      dev_.backward.dout = upload(a.dout, "dout");
+      dev_.backward.dq = upload(a.dq, "dq");
+      dev_.backward.dk = upload(a.dk, "dk");
+      dev_.backward.dv = upload(a.dv, "dv");
     }
   }
-  void fetch(const flashattn::BackwardArgs& a, Pass p) override {
-    auto down = [](const flashattn::Tensor& host, const flashattn::Tensor& dev) {
-      cuda_check(cudaMemcpy(host.data, dev.data, span_bytes(host), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  void fetch(const Calls& host, Pass p) override {
+    auto down = [](const flashattn::Tensor& host_view, const flashattn::Tensor& dev) {
+      cuda_check(cudaMemcpy(host_view.data, dev.data, span_bytes(host_view), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
     };
     // out and lse in both passes: the backward's check needs the forward results it was given.
-    down(a.out, dev_.out);
-    cuda_check(cudaMemcpy(a.lse, dev_.lse, static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq) * sizeof(float),
-                          cudaMemcpyDeviceToHost),
+    const flashattn::ForwardArgs& f = host.forward;
+    down(f.out, dev_.forward.out);
+    cuda_check(cudaMemcpy(f.lse, dev_.forward.lse,
+                          static_cast<size_t>(f.q.batch * f.q.heads * f.q.seq) * sizeof(float), cudaMemcpyDeviceToHost),
                "cudaMemcpy D2H");
     if (p == Pass::bwd) {
-      down(a.dq, dev_.dq);
-      down(a.dk, dev_.dk);
-      down(a.dv, dev_.dv);
+      down(host.backward.dq, dev_.backward.dq);
+      down(host.backward.dk, dev_.backward.dk);
+      down(host.backward.dv, dev_.backward.dv);
     }
   }
   void forward(const flashattn::ForwardArgs&, const Case&, bool) override {
-    flashattn::gpu::forward(dev_);
+    flashattn::gpu::forward(dev_.forward);
     cuda_check(cudaDeviceSynchronize(), "gpu forward");
   }
   void backward(const flashattn::BackwardArgs&, const Case&) override {
-    flashattn::gpu::backward(dev_);
+    flashattn::gpu::backward(dev_.backward);
     cuda_check(cudaDeviceSynchronize(), "gpu backward");
   }
-  size_t declared_bytes(const flashattn::BackwardArgs&, const Case& c) const override {
-    return c.problem.pass == Pass::bwd ? flashattn::gpu::backward_workspace_bytes(dev_) : 0;
+  size_t declared_bytes(const Calls&, const Case& c) const override {
+    return c.problem.pass == Pass::bwd ? flashattn::gpu::backward_workspace_bytes(dev_.backward) : 0;
   }
 
  private:
-  void upload(const flashattn::Tensor& host, flashattn::Tensor& dev, const char* role) {
+  // Returns a device copy of the host view (same strides) in the buffer named `role`.
+  flashattn::Tensor upload(const flashattn::ConstTensor& host, const char* role) {
     DeviceBuffer& b = bufs_[role];
     b = DeviceBuffer(span_bytes(host));
     cuda_check(cudaMemcpy(b.ptr, host.data, span_bytes(host), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    dev.data = b.ptr;
+    return flashattn::Tensor{b.ptr,       host.dtype,        host.batch,      host.seq,       host.heads,
+                             host.dim,    host.stride_batch, host.stride_seq, host.stride_head};
   }
-  flashattn::BackwardArgs dev_;
+  Calls dev_;
   std::map<std::string, DeviceBuffer> bufs_;
 };
 

@@ -38,7 +38,7 @@ class ReferenceRunner : public Runner {
   }
   void forward(const flashattn::ForwardArgs& a, const Case&, bool) override { flashattn::reference::forward(a); }
   void backward(const flashattn::BackwardArgs& a, const Case&) override { flashattn::reference::backward(a); }
-  size_t declared_bytes(const flashattn::BackwardArgs&, const Case&) const override { return 0; }
+  size_t declared_bytes(const Calls&, const Case&) const override { return 0; }
 };
 
 #ifdef FLASHATTN_HAVE_CPU
@@ -49,9 +49,9 @@ class CpuRunner : public Runner {
   std::string refuse(const Case&, const RunSettings&) const override { return ""; }
   void forward(const flashattn::ForwardArgs& a, const Case& c, bool) override { flashattn::cpu::forward(a, config(c)); }
   void backward(const flashattn::BackwardArgs& a, const Case& c) override { flashattn::cpu::backward(a, config(c)); }
-  size_t declared_bytes(const flashattn::BackwardArgs& a, const Case& c) const override {
-    if (c.problem.pass == Pass::fwd) return flashattn::cpu::workspace_bytes(static_cast<const flashattn::ForwardArgs&>(a), config(c));
-    return flashattn::cpu::workspace_bytes(a, config(c));
+  size_t declared_bytes(const Calls& a, const Case& c) const override {
+    if (c.problem.pass == Pass::fwd) return flashattn::cpu::workspace_bytes(a.forward, config(c));
+    return flashattn::cpu::workspace_bytes(a.backward, config(c));
   }
 
  private:
@@ -74,18 +74,19 @@ class StandardRunner : public Runner {
     if (need <= s.memory_budget) return "";
     return "out of memory: needs " + gib(need) + " of N² buffers > budget " + gib(s.memory_budget) + " (--mem-limit)";
   }
-  void prepare(const flashattn::BackwardArgs&) override { std_.release(); }
+  void prepare(const Calls&) override { std_.release(); }
   void forward(const flashattn::ForwardArgs& a, const Case&, bool for_backward) override { std_.forward(a, for_backward); }
   void backward(const flashattn::BackwardArgs& a, const Case&) override { std_.backward(a); }
-  size_t declared_bytes(const flashattn::BackwardArgs& a, const Case& c) const override {
+  size_t declared_bytes(const Calls& a, const Case& c) const override {
     const int threads = omp_get_max_threads();
-    return c.problem.pass == Pass::fwd ? Standard::forward_bytes(a, false, threads) : Standard::backward_bytes(a, threads);
+    return c.problem.pass == Pass::fwd ? Standard::forward_bytes(a.forward, false, threads)
+                                       : Standard::backward_bytes(a.backward, threads);
   }
 
  private:
   // Returns the buffer bytes of a case without building tensors (shape-only arguments).
   static size_t bytes_for(const Problem& p) {
-    flashattn::BackwardArgs a;
+    flashattn::AttentionArgs a;
     a.q = flashattn::bshd(nullptr, p.dtype, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
     a.k = flashattn::bshd(nullptr, p.dtype, p.batch, p.seqlen_k, p.heads_k, p.head_dim);
     const int threads = omp_get_max_threads();

@@ -18,6 +18,13 @@ struct RunSettings {
   double memory_budget = 0;       // bytes an implementation's buffers may take
 };
 
+// The two calls of a case over one set of host buffers: the forward writes out and lse, which the
+// backward reads.
+struct Calls {
+  flashattn::ForwardArgs forward;
+  flashattn::BackwardArgs backward;
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
@@ -26,9 +33,9 @@ class Runner {
   virtual std::string refuse(const Case& c, const RunSettings& s) const = 0;
   // Makes the implementation's copy of the inputs (device memory for the GPU); called once per case
   // before the first forward. Host implementations read the host tensors directly.
-  virtual void prepare(const flashattn::BackwardArgs&) {}
+  virtual void prepare(const Calls&) {}
   // Copies the results of the last call of `pass` into the host outputs of `a` (GPU); no-op on host.
-  virtual void fetch(const flashattn::BackwardArgs&, Pass) {}
+  virtual void fetch(const Calls&, Pass) {}
   // Computes out and lse, and returns when they are complete. `for_backward`: a backward on the
   // same tensors follows.
   virtual void forward(const flashattn::ForwardArgs& a, const Case& c, bool for_backward) = 0;
@@ -36,7 +43,7 @@ class Runner {
   virtual void backward(const flashattn::BackwardArgs& a, const Case& c) = 0;
   // Returns the bytes beyond inputs and outputs the implementation states it needs for the pass
   // (0 when it states nothing); the benchmark also measures heap growth.
-  virtual size_t declared_bytes(const flashattn::BackwardArgs& a, const Case& c) const = 0;
+  virtual size_t declared_bytes(const Calls& a, const Case& c) const = 0;
 };
 
 // Returns the names of the implementations built into this executable, in display order.

@@ -103,15 +103,15 @@ class Bench {
     const bool bwd = c.problem.pass == Pass::bwd;
     try {
       Outputs outs = data.make_outputs();
-      flashattn::BackwardArgs a = data.backward_args(outs);
+      const Calls a = data.calls(outs);
       run->prepare(a);
       // First call: result for the check, heap growth for the memory column.
-      if (bwd) run->forward(a, c, true);
+      if (bwd) run->forward(a.forward, c, true);
       alloc_meter_start();
       if (bwd) {
-        run->backward(a, c);
+        run->backward(a.backward, c);
       } else {
-        run->forward(a, c, false);
+        run->forward(a.forward, c, false);
       }
       r.extra_bytes_measured = alloc_meter_peak_delta();
       run->fetch(a, c.problem.pass);
@@ -128,7 +128,7 @@ class Bench {
         r.check_bound = k.bound;
         r.check_note = k.note;
       }
-      if (bwd) run->forward(a, c, true);  // the trusted run may have replaced a saved forward state
+      if (bwd) run->forward(a.forward, c, true);  // the trusted run may have replaced a saved forward state
       std::vector<double> ms;
       const auto start = Clock::now();
       // At least --reps repetitions and --min-seconds (short cases repeat more: the host is shared
@@ -137,9 +137,9 @@ class Bench {
       for (int rep = 0; rep < kMaxReps; ++rep) {
         const auto t0 = Clock::now();
         if (bwd) {
-          run->backward(a, c);
+          run->backward(a.backward, c);
         } else {
-          run->forward(a, c, false);
+          run->forward(a.forward, c, false);
         }
         ms.push_back(seconds_since(t0) * 1e3);
         const double spent = seconds_since(start);

@@ -88,8 +88,7 @@ flashattn::ForwardArgs ProblemData::forward_args(Outputs& o) const {
 
 flashattn::BackwardArgs ProblemData::backward_args(Outputs& o) const {
   using flashattn::bshd;
-  flashattn::BackwardArgs a;
-  static_cast<flashattn::ForwardArgs&>(a) = forward_args(o);
+  flashattn::BackwardArgs a = flashattn::backward_args(forward_args(o));
   a.dout = bshd(dout_.data(), p_.dtype, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim);
   a.dq = bshd(o.dq.data(), p_.dtype, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim);
   a.dk = bshd(o.dk.data(), p_.dtype, p_.batch, p_.seqlen_k, p_.heads_k, p_.head_dim);

@@ -8,6 +8,7 @@
 
 #include "cases.hpp"
 #include "flashattn/args.hpp"
+#include "impls.hpp"
 
 namespace bench {
 
@@ -43,6 +44,8 @@ class ProblemData {
   Outputs make_outputs() const;
   flashattn::ForwardArgs forward_args(Outputs& o) const;
   flashattn::BackwardArgs backward_args(Outputs& o) const;
+  // Returns both calls over the same outputs (the forward's out and lse are the backward's inputs).
+  Calls calls(Outputs& o) const { return Calls{forward_args(o), backward_args(o)}; }
 
   size_t q_elems() const;
   size_t k_elems() const;

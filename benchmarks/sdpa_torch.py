@@ -29,7 +29,7 @@ def ints(text):
 
 
 def flops(p):
-    """DESIGN.md: fwd = 4*B*Hq*Nq*Nk*d, halved for causal (Nq = Nk here); bwd = 2.5 x fwd."""
+    """docs/benchmarks.md: fwd = 4*B*Hq*Nq*Nk*d, halved for causal (Nq = Nk here); bwd = 2.5 x fwd."""
     fwd = 4.0 * p["batch"] * p["heads_q"] * p["seqlen_q"] * p["seqlen_k"] * p["head_dim"]
     if p["causal"]:
         fwd /= 2

@@ -23,15 +23,19 @@ constexpr size_t kHugePage = size_t{2} << 20;  // madvise(MADV_HUGEPAGE) granule
 constexpr size_t kCacheLine = 64;
 
 // An f32 view of a tensor: the tensor itself when it is f32, else a dense converted copy.
-struct F32View {
-  float* data = nullptr;
+// F32In reads an input; F32View is written (an output).
+template <class Float>
+struct F32ViewOf {
+  Float* data = nullptr;
   int64_t sb = 0, ss = 0, sh = 0;  // element strides of batch, seq, head
-  float* at(int64_t b, int64_t s, int64_t h) const { return data + b * sb + s * ss + h * sh; }
+  Float* at(int64_t b, int64_t s, int64_t h) const { return data + b * sb + s * ss + h * sh; }
 };
+using F32View = F32ViewOf<float>;
+using F32In = F32ViewOf<const float>;
 
-size_t elems(const flashattn::Tensor& t) { return static_cast<size_t>(t.batch * t.seq * t.heads * t.dim); }
+size_t elems(const flashattn::ConstTensor& t) { return static_cast<size_t>(t.batch * t.seq * t.heads * t.dim); }
 
-void require_supported(const flashattn::ForwardArgs& a) {
+void require_supported(const flashattn::AttentionArgs& a) {
   if (a.cu_seqlens_q || a.softcap != 0 || a.alibi_slopes)
     throw flashattn::Error("standard baseline: varlen, softcap and ALiBi are not supported");
 }
@@ -78,7 +82,8 @@ float* Standard::ensure(std::vector<Block>& pool, size_t index, size_t floats) {
 
 namespace {
 
-// Returns an f32 view of t, converting 16-bit data into `copy` (dense bshd, t's shape) when needed.
+// Returns an f32 view of t (the output views: written), converting 16-bit data into `copy` (dense
+// bshd, t's shape) when needed and `convert` is set.
 F32View f32_view(const flashattn::Tensor& t, float* copy, bool convert) {
   if (t.dtype == flashattn::DType::f32) return F32View{static_cast<float*>(t.data), t.stride_batch, t.stride_seq, t.stride_head};
   F32View v{copy, t.seq * t.heads * t.dim, t.heads * t.dim, t.dim};
@@ -92,6 +97,24 @@ F32View f32_view(const flashattn::Tensor& t, float* copy, bool convert) {
   return v;
 }
 
+// Returns a read-only f32 view of the input t (16-bit data converted into `copy`).
+F32In f32_view(const flashattn::ConstTensor& t, float* copy, bool convert) {
+  if (t.dtype == flashattn::DType::f32)
+    return F32In{static_cast<const float*>(t.data), t.stride_batch, t.stride_seq, t.stride_head};
+  // Converting into `copy` writes through a writable view of the copy only.
+  const F32View v = f32_view(flashattn::Tensor{copy, flashattn::DType::f32, t.batch, t.seq, t.heads, t.dim,
+                                               t.seq * t.heads * t.dim, t.heads * t.dim, t.dim},
+                             copy, false);
+  if (convert) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < t.batch; ++b)
+      for (int64_t s = 0; s < t.seq; ++s)
+        for (int64_t h = 0; h < t.heads; ++h)
+          for (int64_t x = 0; x < t.dim; ++x) v.at(b, s, h)[x] = flashattn::load_as_float(t.data, t.dtype, t.offset(b, s, h) + x);
+  }
+  return F32In{v.data, v.sb, v.ss, v.sh};
+}
+
 // Rounds the dense f32 copy v back into the 16-bit tensor t.
 void store_back(const F32View& v, const flashattn::Tensor& t) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -103,7 +126,7 @@ void store_back(const F32View& v, const flashattn::Tensor& t) {
 
 }  // namespace
 
-size_t Standard::forward_bytes(const flashattn::ForwardArgs& a, bool save_p, int threads) {
+size_t Standard::forward_bytes(const flashattn::AttentionArgs& a, bool save_p, int threads) {
   const size_t nn = static_cast<size_t>(a.q.seq * a.k.seq);
   size_t bytes = save_p ? nn * static_cast<size_t>(a.q.batch * a.q.heads) * sizeof(float)
                         : nn * static_cast<size_t>(threads) * sizeof(float);
@@ -111,7 +134,7 @@ size_t Standard::forward_bytes(const flashattn::ForwardArgs& a, bool save_p, int
   return bytes;
 }
 
-size_t Standard::backward_bytes(const flashattn::BackwardArgs& a, int threads) {
+size_t Standard::backward_bytes(const flashattn::AttentionArgs& a, int threads) {
   const size_t nn = static_cast<size_t>(a.q.seq * a.k.seq);
   size_t bytes = nn * static_cast<size_t>(a.q.batch * a.q.heads) * sizeof(float)  // saved P
                  + nn * static_cast<size_t>(threads) * sizeof(float)             // dP per thread
@@ -127,9 +150,9 @@ void Standard::forward(const flashattn::ForwardArgs& a, bool save_p) {
   const int64_t B = a.q.batch, Hq = a.q.heads, Hk = a.k.heads, Nq = a.q.seq, Nk = a.k.seq, d = a.q.dim;
   const size_t nn = static_cast<size_t>(Nq * Nk);
   const bool lowp = a.q.dtype != flashattn::DType::f32;
-  const F32View q = f32_view(a.q, lowp ? ensure(copies_, 0, elems(a.q)) : nullptr, true);
-  const F32View k = f32_view(a.k, lowp ? ensure(copies_, 1, elems(a.k)) : nullptr, true);
-  const F32View v = f32_view(a.v, lowp ? ensure(copies_, 2, elems(a.v)) : nullptr, true);
+  const F32In q = f32_view(a.q, lowp ? ensure(copies_, 0, elems(a.q)) : nullptr, true);
+  const F32In k = f32_view(a.k, lowp ? ensure(copies_, 1, elems(a.k)) : nullptr, true);
+  const F32In v = f32_view(a.v, lowp ? ensure(copies_, 2, elems(a.v)) : nullptr, true);
   const F32View o = f32_view(a.out, lowp ? ensure(copies_, 3, elems(a.out)) : nullptr, false);
   float* saved = save_p ? ensure(saved_, 0, nn * static_cast<size_t>(B * Hq)) : nullptr;
   std::vector<float*> scratch(static_cast<size_t>(threads));
@@ -169,12 +192,12 @@ void Standard::backward(const flashattn::BackwardArgs& a) {
   const int64_t B = a.q.batch, Hq = a.q.heads, Hk = a.k.heads, Nq = a.q.seq, Nk = a.k.seq, d = a.q.dim;
   const size_t nn = static_cast<size_t>(Nq * Nk);
   const bool lowp = a.q.dtype != flashattn::DType::f32;
-  auto copy = [&](size_t slot, const flashattn::Tensor& t) { return lowp ? ensure(copies_, slot, elems(t)) : nullptr; };
-  const F32View q = f32_view(a.q, copy(0, a.q), true);
-  const F32View k = f32_view(a.k, copy(1, a.k), true);
-  const F32View v = f32_view(a.v, copy(2, a.v), true);
-  const F32View o = f32_view(a.out, copy(3, a.out), true);
-  const F32View dout = f32_view(a.dout, copy(4, a.dout), true);
+  auto copy = [&](size_t slot, const flashattn::ConstTensor& t) { return lowp ? ensure(copies_, slot, elems(t)) : nullptr; };
+  const F32In q = f32_view(a.q, copy(0, a.q), true);
+  const F32In k = f32_view(a.k, copy(1, a.k), true);
+  const F32In v = f32_view(a.v, copy(2, a.v), true);
+  const F32In o = f32_view(a.out, copy(3, a.out), true);
+  const F32In dout = f32_view(a.dout, copy(4, a.dout), true);
   const F32View dq = f32_view(a.dq, copy(5, a.dq), false);
   const F32View dk = f32_view(a.dk, copy(6, a.dk), false);
   const F32View dv = f32_view(a.dv, copy(7, a.dv), false);

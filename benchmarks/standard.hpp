@@ -33,8 +33,8 @@ class Standard {
 
   // Returns the bytes the pass needs beyond inputs and outputs: the N² buffers (per thread for S or
   // dP; per head for the saved P, which the backward needs), f32 copies of 16-bit tensors, row sums.
-  static size_t forward_bytes(const flashattn::ForwardArgs& a, bool save_p, int threads);
-  static size_t backward_bytes(const flashattn::BackwardArgs& a, int threads);
+  static size_t forward_bytes(const flashattn::AttentionArgs& a, bool save_p, int threads);
+  static size_t backward_bytes(const flashattn::AttentionArgs& a, int threads);
 
   // Frees every buffer (the next call allocates and first-touches again, untimed by the benchmark's
   // protocol). Called between cases so one case's N² buffers never add to the next one's.

@@ -40,10 +40,10 @@ const Trusted::Values* Trusted::fp32_by(const std::string& name) {
     return nullptr;
   }
   Outputs o = wide.make_outputs();
-  flashattn::BackwardArgs a = wide.backward_args(o);
+  const Calls a = wide.calls(o);
   r->prepare(a);
-  r->forward(a, c, c.problem.pass == Pass::bwd);
-  if (c.problem.pass == Pass::bwd) r->backward(a, c);
+  r->forward(a.forward, c, c.problem.pass == Pass::bwd);
+  if (c.problem.pass == Pass::bwd) r->backward(a.backward, c);
   r->fetch(a, c.problem.pass);
   Values v;
   v.ref = read(o, flashattn::DType::f32);
@@ -74,9 +74,8 @@ CheckResult Trusted::check(const std::string& impl, Outputs& o) {
   auto against_oracle = [&]() {
     // The tests' rule (props/tolerance.hpp) on this implementation's outputs; for the backward,
     // o.out and o.lse hold the forward results its backward was given (the rule's contract term).
-    const flashattn::BackwardArgs a = data_.backward_args(o);
     const props::Judgement j =
-        p.pass == Pass::fwd ? props::judge_forward(a) : props::judge_backward(a);
+        p.pass == Pass::fwd ? props::judge_forward(data_.forward_args(o)) : props::judge_backward(data_.backward_args(o));
     res.against = "oracle";
     for (const props::Verdict& v : j.verdicts) {
       TensorCheck t;

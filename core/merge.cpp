@@ -16,7 +16,7 @@ namespace {
 
 using namespace detail;
 
-void check_view(const Tensor& t, const char* name, const Tensor& ref) {
+void check_view(const ConstTensor& t, const char* name, const ConstTensor& ref) {
   check_tensor(t, name);
   if (t.batch != ref.batch || t.seq != ref.seq || t.heads != ref.heads || t.dim != ref.dim)
     fail(name, " shape [", t.batch, ", ", t.seq, ", ", t.heads, ", ", t.dim, "] must equal o1 shape [", ref.batch, ", ",
@@ -26,7 +26,7 @@ void check_view(const Tensor& t, const char* name, const Tensor& ref) {
 
 // out may be exactly an operand (in place: each row is read before it is written) or disjoint
 // from it; a shifted overlap would read rows already overwritten.
-void check_alias(const Tensor& out, const Tensor& in, const char* in_name) {
+void check_alias(const ConstTensor& out, const ConstTensor& in, const char* in_name) {
   const bool same = out.data == in.data && out.stride_batch == in.stride_batch && out.stride_seq == in.stride_seq &&
                     out.stride_head == in.stride_head;
   if (!same && may_share_elements(out, "out", in, in_name))
@@ -35,7 +35,7 @@ void check_alias(const Tensor& out, const Tensor& in, const char* in_name) {
 
 }  // namespace
 
-void merge(const Tensor& o1, const float* lse1, const Tensor& o2, const float* lse2, const Tensor& out,
+void merge(const ConstTensor& o1, const float* lse1, const ConstTensor& o2, const float* lse2, const Tensor& out,
            float* lse_out) {
   check_view(o1, "o1", o1);
   check_view(o2, "o2", o1);

@@ -16,7 +16,7 @@ namespace {
 
 using namespace detail;
 
-void check_same_shape(const Tensor& t, const std::string& name, const Tensor& ref, const std::string& ref_name) {
+void check_same_shape(const ConstTensor& t, const std::string& name, const ConstTensor& ref, const std::string& ref_name) {
   if (t.batch != ref.batch || t.seq != ref.seq || t.heads != ref.heads || t.dim != ref.dim)
     fail(name, " shape [", t.batch, ", ", t.seq, ", ", t.heads, ", ", t.dim, "] must equal ", ref_name, " shape [",
          ref.batch, ", ", ref.seq, ", ", ref.heads, ", ", ref.dim, "]");
@@ -37,11 +37,19 @@ void check_cu_seqlens(const int32_t* cu, int64_t n, int64_t rows, int64_t max_le
   if (cu[n] > rows) fail(name, "[", n, "] (", cu[n], ") exceeds ", rows_name, " (", rows, ")");
 }
 
-void check_forward(const ForwardArgs& a, bool backward) {
+// Checks the forward's output view `out` (written by the forward, read by the backward) and the
+// alignment of its log-sum-exp array.
+void check_out_and_lse(const AttentionArgs& a, const ConstTensor& out, const float* lse) {
+  check_tensor(out, "out");
+  check_same_shape(out, "out", a.q, "q");
+  if (reinterpret_cast<uintptr_t>(lse) % alignof(float) != 0) fail("lse (", static_cast<const void*>(lse), ") is not 4-byte aligned");
+}
+
+// Checks the input views q, k, v on their own and against each other.
+void check_inputs(const AttentionArgs& a) {
   check_tensor(a.q, "q");
   check_tensor(a.k, "k");
   check_tensor(a.v, "v");
-  check_tensor(a.out, "out");
   if (a.k.dtype != a.q.dtype) fail("k.dtype (", dtype_name(a.k.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
   if (a.v.dtype != a.q.dtype) fail("v.dtype (", dtype_name(a.v.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
   if (a.k.dim != a.q.dim) fail("k.dim (", a.k.dim, ") must equal q.dim (", a.q.dim, ")");
@@ -51,13 +59,14 @@ void check_forward(const ForwardArgs& a, bool backward) {
     fail("v shape [", a.v.batch, ", ", a.v.seq, ", ", a.v.heads, ", ", a.v.dim, "] must equal k shape [", a.k.batch, ", ",
          a.k.seq, ", ", a.k.heads, ", ", a.k.dim, "]");
   if (a.q.heads % a.k.heads != 0) fail("k.heads (", a.k.heads, ") must divide q.heads (", a.q.heads, ")");
-  check_same_shape(a.out, "out", a.q, "q");
+}
 
-  if (!std::isfinite(a.scale)) fail("scale (", a.scale, ") must be finite (0 selects 1/sqrt(d))");
+// Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays).
+void check_options(const AttentionArgs& a) {
+  if (a.scale && !std::isfinite(*a.scale)) fail("scale (", *a.scale, ") must be finite (leave it empty for 1/sqrt(d))");
   if (!std::isfinite(a.softcap) || a.softcap < 0) fail("softcap (", a.softcap, ") must be finite and >= 0 (0: off)");
   if (a.window_left < -1) fail("window_left (", a.window_left, ") must be >= -1 (-1: unbounded)");
   if (a.window_right < -1) fail("window_right (", a.window_right, ") must be >= -1 (-1: unbounded)");
-  if (reinterpret_cast<uintptr_t>(a.lse) % alignof(float) != 0) fail("lse (", static_cast<const void*>(a.lse), ") is not 4-byte aligned");
 
   // Sequences.
   int64_t nseq = a.q.batch;
@@ -93,29 +102,41 @@ void check_forward(const ForwardArgs& a, bool backward) {
   } else if (a.alibi_batch_stride != 0) {
     fail("alibi_batch_stride (", a.alibi_batch_stride, ") is set but alibi_slopes is null");
   }
+}
 
-  // Outputs: no self-overlap, and no overlap with any input.
-  check_no_self_overlap(a.out, "out");
-  const int64_t lse_count = mul_checked(mul_checked(a.q.batch, a.q.heads, "lse"), a.q.seq, "lse");
-  const Span out_span = span_of(a.out, "out");
-  const Span lse_span = span_of(a.lse, mul_checked(lse_count, 4, "lse bytes"));
-  const std::pair<Span, const char*> inputs[] = {
-      {span_of(a.q, "q"), "q"}, {span_of(a.k, "k"), "k"}, {span_of(a.v, "v"), "v"}};
-  if (!backward) {
-    for (const auto& in : inputs) {
-      if (overlaps(out_span, in.first)) fail("out overlaps input ", in.second, " in memory");
-      if (overlaps(lse_span, in.first)) fail("lse overlaps input ", in.second, " in memory");
-    }
-    if (overlaps(lse_span, out_span)) fail("lse overlaps out in memory");
-  }
+// Returns the bytes of the lse array [B, Hq, Nq] (fp32), failing on int64 overflow.
+int64_t lse_bytes(const AttentionArgs& a) {
+  return mul_checked(mul_checked(mul_checked(a.q.batch, a.q.heads, "lse"), a.q.seq, "lse"), 4, "lse bytes");
 }
 
 }  // namespace
 
-void validate(const ForwardArgs& a) { check_forward(a, false); }
+void validate(const AttentionArgs& a) {
+  check_inputs(a);
+  check_options(a);
+}
+
+void validate(const ForwardArgs& a) {
+  check_inputs(a);
+  check_out_and_lse(a, a.out, a.lse);
+  check_options(a);
+  // Outputs: no self-overlap, and no overlap with any input.
+  check_no_self_overlap(a.out, "out");
+  const Span out_span = span_of(a.out, "out");
+  const Span lse_span = span_of(a.lse, lse_bytes(a));
+  const std::pair<Span, const char*> inputs[] = {
+      {span_of(a.q, "q"), "q"}, {span_of(a.k, "k"), "k"}, {span_of(a.v, "v"), "v"}};
+  for (const auto& in : inputs) {
+    if (overlaps(out_span, in.first)) fail("out overlaps input ", in.second, " in memory");
+    if (overlaps(lse_span, in.first)) fail("lse overlaps input ", in.second, " in memory");
+  }
+  if (overlaps(lse_span, out_span)) fail("lse overlaps out in memory");
+}
 
 void validate(const BackwardArgs& a) {
-  check_forward(a, true);
+  check_inputs(a);
+  check_out_and_lse(a, a.out, a.lse);
+  check_options(a);
   if (a.lse == nullptr && a.q.batch * a.q.seq > 0) fail("lse is null: backward needs the forward's log-sum-exp");
   check_tensor(a.dout, "dout");
   check_tensor(a.dq, "dq");
@@ -126,10 +147,9 @@ void validate(const BackwardArgs& a) {
   check_same_shape(a.dk, "dk", a.k, "k");
   check_same_shape(a.dv, "dv", a.k, "k");
   const std::pair<const Tensor*, const char*> outs[] = {{&a.dq, "dq"}, {&a.dk, "dk"}, {&a.dv, "dv"}};
-  const int64_t lse_bytes = a.q.batch * a.q.heads * a.q.seq * 4;
   const std::pair<Span, const char*> inputs[] = {{span_of(a.q, "q"), "q"},       {span_of(a.k, "k"), "k"},
                                                  {span_of(a.v, "v"), "v"},       {span_of(a.out, "out"), "out"},
-                                                 {span_of(a.dout, "dout"), "dout"}, {span_of(a.lse, lse_bytes), "lse"}};
+                                                 {span_of(a.dout, "dout"), "dout"}, {span_of(a.lse, lse_bytes(a)), "lse"}};
   for (const auto& o : outs) {
     check_no_self_overlap(*o.first, o.second);
     const Span s = span_of(*o.first, o.second);

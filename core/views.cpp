@@ -20,7 +20,7 @@ int64_t add_checked(int64_t a, int64_t b, const std::string& what) {
 }
 
 // Returns the largest element offset of t, or -1 if t has no element.
-int64_t max_offset(const Tensor& t, const std::string& name) {
+int64_t max_offset(const ConstTensor& t, const std::string& name) {
   if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return -1;
   int64_t off = mul_checked(t.batch - 1, t.stride_batch, name + ".stride_batch");
   off = add_checked(off, mul_checked(t.seq - 1, t.stride_seq, name + ".stride_seq"), name);
@@ -31,7 +31,7 @@ int64_t max_offset(const Tensor& t, const std::string& name) {
 }
 
 // Checks one tensor view on its own: dtype, sizes, strides, pointer.
-void check_tensor(const Tensor& t, const std::string& name) {
+void check_tensor(const ConstTensor& t, const std::string& name) {
   if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
     fail(name, ".dtype (", static_cast<int>(t.dtype), ") is not a DType (f32, f16, bf16)");
   const int64_t sizes[4] = {t.batch, t.seq, t.heads, t.dim};
@@ -55,7 +55,7 @@ void check_tensor(const Tensor& t, const std::string& name) {
 }
 
 // Checks that distinct indices of an output view address distinct elements (no self-overlap).
-void check_no_self_overlap(const Tensor& t, const std::string& name) {
+void check_no_self_overlap(const ConstTensor& t, const std::string& name) {
   if (max_offset(t, name) < 0) return;
   struct Axis { int64_t size, stride; const char* stride_name; };
   std::vector<Axis> axes = {{t.batch, t.stride_batch, "stride_batch"},
@@ -76,7 +76,7 @@ void check_no_self_overlap(const Tensor& t, const std::string& name) {
   }
 }
 
-Span span_of(const Tensor& t, const std::string& name) {
+Span span_of(const ConstTensor& t, const std::string& name) {
   const int64_t last = max_offset(t, name);
   if (last < 0) return {};
   const auto b = reinterpret_cast<uintptr_t>(t.data);
@@ -119,7 +119,7 @@ bool representable(int64_t delta, const std::vector<Axis>& axes, size_t k) {
 
 }  // namespace
 
-bool may_share_elements(const Tensor& a, const std::string& a_name, const Tensor& b, const std::string& b_name) {
+bool may_share_elements(const ConstTensor& a, const std::string& a_name, const ConstTensor& b, const std::string& b_name) {
   if (!overlaps(span_of(a, a_name), span_of(b, b_name))) return false;
   if (a.dtype != b.dtype || a.stride_batch != b.stride_batch || a.stride_seq != b.stride_seq ||
       a.stride_head != b.stride_head)

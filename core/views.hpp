@@ -25,20 +25,20 @@ int64_t mul_checked(int64_t a, int64_t b, const std::string& what);
 int64_t add_checked(int64_t a, int64_t b, const std::string& what);
 
 // Returns the largest element offset of t, or -1 if t has no element. Fails on int64 overflow.
-int64_t max_offset(const Tensor& t, const std::string& name);
+int64_t max_offset(const ConstTensor& t, const std::string& name);
 
 // Checks one tensor view on its own: dtype, sizes (>= 0, < 2^31, heads and dim >= 1), strides
 // (>= 0, no overflow), pointer (non-null when there are elements, aligned to the element size).
-void check_tensor(const Tensor& t, const std::string& name);
+void check_tensor(const ConstTensor& t, const std::string& name);
 
 // Checks that distinct indices of an output view address distinct elements.
-void check_no_self_overlap(const Tensor& t, const std::string& name);
+void check_no_self_overlap(const ConstTensor& t, const std::string& name);
 
 // Bytes [begin, end) a view or array can touch; empty when begin == end.
 struct Span {
   uintptr_t begin = 0, end = 0;
 };
-Span span_of(const Tensor& t, const std::string& name);
+Span span_of(const ConstTensor& t, const std::string& name);
 Span span_of(const void* p, int64_t bytes);
 bool overlaps(Span a, Span b);
 
@@ -46,6 +46,6 @@ bool overlaps(Span a, Span b);
 // element. Exact for views with equal strides whose axes nest (each stride covers the faster axes),
 // which includes interleaved views of one packed buffer (e.g. dq, dk, dv inside a dqkv tensor);
 // conservative (true) for other layouts whose byte ranges meet.
-bool may_share_elements(const Tensor& a, const std::string& a_name, const Tensor& b, const std::string& b_name);
+bool may_share_elements(const ConstTensor& a, const std::string& a_name, const ConstTensor& b, const std::string& b_name);
 
 }  // namespace flashattn::detail

@@ -14,14 +14,14 @@
 // sums each group's heads in head order (GQA/MQA still run one item per query head in parallel).
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 
 #include "flashattn/problem.hpp"
 #include "kv.h"
+#include "parallel.h"
 #include "plan.h"
 #include "rows.h"
+#include "scratch.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backward.cc"
@@ -39,83 +39,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 
 namespace {
-
-// One query block's operands and state in the backward: the inputs of its tile products, its dQ
-// accumulator and its P cache (sizes in plan.cpp: backward_block_floats).
-struct QueryBlock {
-  float* qt;      // [d x qpad] Qᵀ
-  float* dot;     // [d x qpad] dOᵀ
-  float* dqt;     // [dpad x qpad] dQᵀ accumulator (fp32; rows past d stay 0)
-  float* qr;      // [qpad x dpad] Q, rows zero-padded to dpad
-  float* dor;     // [qpad x dpad] dO
-  float* dd;      // [qpad] D = rowsum(dO∘O)
-  float* lse;     // [qpad] LSE, +∞ for rows that see no key (so P = 0)
-  float* rnorm;   // [qpad] 1 / Σ_j exp(S − LSE) when self-normalising
-  int32_t* kbeg;  // [qpad] first visible key per row
-  int32_t* kend;  // [qpad] one past the last visible key
-  float* pc;      // [kpad x qpad] Pᵀ of every key block of the query block (the P cache)
-  float* tc;      // [kpad x qpad] tanh(S/softcap) likewise (soft-capping only, else null)
-  // Set by PrepareBlock:
-  int64_t r0 = 0, r1 = 0, rows = 0, W = 0;  // query rows [r0, r1), rows rounded up to vectors
-  int64_t kb_lo = 0, key_hi = 0;            // key blocks [kb_lo, key_hi) the rows may see
-  float qmax2 = 0.0f;                       // largest squared norm of a Q row (adaptive scores)
-
-  // Lays the block out from s; returns the float after it.
-  float* Place(float* s, const Plan& p) {
-    const int64_t tq = p.dim * p.qpad, tr = p.qpad * p.dpad, kpad = round_up(p.max_k, p.block_k);
-    qt = s;
-    dot = qt + tq;
-    dqt = dot + tq;
-    qr = dqt + p.dpad * p.qpad;
-    dor = qr + tr;
-    dd = dor + tr;
-    lse = dd + p.qpad;
-    rnorm = lse + p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(rnorm + p.qpad);
-    kend = kbeg + p.qpad;
-    pc = reinterpret_cast<float*>(kend + p.qpad);
-    tc = p.softcap ? pc + kpad * p.qpad : nullptr;
-    return pc + (p.softcap ? 2 : 1) * kpad * p.qpad;
-  }
-};
-
-// Views one backward work item's scratch (sizes in plan.cpp: backward_scratch_floats): the query
-// blocks of one pass over the keys, the dP/dS tile, and the head's dK, dV accumulators.
-struct BackwardScratch {
-  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
-  QueryBlock blk[kMaxPassBlocks];  // the first p.pass_blocks are placed
-  float* dpt;     // [block_k x qpad] dPᵀ, then dSᵀ
-  float* dkt;     // [max_k x dpad] dK accumulator of the head (fp32)
-  float* dvt;     // [max_k x dpad] dV accumulator of the head (fp32)
-  float* dkg;     // [max_k x dpad] dK of the current group of query blocks (backward_grouped), else dkt
-  float* dvg;     // [max_k x dpad] dV likewise, else dvt
-  float* row;     // [dpad]
-  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h)
-  float* knorm;   // [max_k] squared norms of the head's key rows (adaptive exact scores, else null)
-
-  BackwardScratch(float* s, const Plan& p) {
-    sd = nullptr;
-    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
-      sd = reinterpret_cast<double*>(s);
-      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
-    }
-    for (int64_t b = 0; b < p.pass_blocks; ++b) s = blk[b].Place(s, p);
-    dpt = s;
-    dkt = dpt + p.block_k * p.qpad;
-    dvt = dkt + p.max_k * p.dpad;
-    dkg = dkt;
-    dvg = dvt;
-    float* after = dvt + p.max_k * p.dpad;
-    if (backward_grouped(p)) {
-      dkg = after;
-      dvg = dkg + p.max_k * p.dpad;
-      after = dvg + p.max_k * p.dpad;
-    }
-    row = after;
-    kv = row + p.dpad;
-    knorm = p.exact_scores ? kv + (p.copy_kv ? 2 * p.max_k * p.dim : 0) : nullptr;
-  }
-};
 
 // Sᵀ ← exp(scale·Sᵀ − LSE) lane-wise (product and difference rounded once, as in the forward):
 // P recomputed from the forward's log-sum-exp.
@@ -300,7 +223,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
   ts.slope = alibi_slope(a, s, h);
-  const bool transform = ts.softcap > 0 || ts.slope != 0;
+  const bool transform = ts.needs_transform();
   const float fused_scale = transform ? 1.0f : scale;  // as in the forward
   const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
   for (int64_t qb0 = 0, qb1 = 0; qb0 < nqb; qb0 = qb1) {
@@ -326,7 +249,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     // has large scores, as in the forward); row sums for self-normalisation.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const float* kb = k.data + c0 * k.ld;
+      const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
       ts.c0 = c0;
       for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
         prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
@@ -340,13 +263,14 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         float* pt = b.pc + c0 * ld;
         float* tt = b.tc ? b.tc + c0 * ld : nullptr;
         ts.r0 = b.r0;
+        const ConstMatrix qt{b.qt, dim, b.W, ld};  // Qᵀ [d x W]
         if (exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
-          Gemm(dd, nkb, b.W, kb, k.ld, 1, b.qt, ld, dim, w.sd, ld, false);
+          Gemm(dd, Matrix<double>{w.sd, nkb, b.W, ld}, kb, qt, Accumulate::no);
           if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
           if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
         } else {
-          Gemm(d, nkb, b.W, kb, k.ld, 1, b.qt, ld, dim, pt, ld, false);
+          Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
           if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
           if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
@@ -363,8 +287,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     // in order.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const float* kb = k.data + c0 * k.ld;
-      const float* vb = v.data + c0 * v.ld;
+      const ConstMatrix kb = row_block(k, c0, nkb, dim), vb = row_block(v, c0, nkb, dim);  // K, V[c0, c1)
       {  // the next block's operands: long sequences stream them from memory
         const int64_t n1 = std::max<int64_t>(std::min(c1 + p.block_k, nk) - c1, 0);
         prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
@@ -379,16 +302,19 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         if (c0 < b.kb_lo || c0 >= b.key_hi || mask.classify(b.r0, b.r1, c0, c1) == TileKind::empty) continue;
         float* pt = b.pc + c0 * ld;
         if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
+        const Matrix<float> dpt{w.dpt, nkb, b.W, ld};  // dPᵀ, then dSᵀ [nkb x W]
+        const ConstMatrix ptile{pt, nkb, b.rows, ld};   // Pᵀ [nkb x rows]
+        const ConstMatrix dst{w.dpt, nkb, b.rows, ld};  // dSᵀ [nkb x rows]
         // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
-        Gemm(d, nkb, b.W, vb, v.ld, 1, b.dot, ld, dim, w.dpt, ld, false);
+        Gemm(d, dpt, vb, ConstMatrix{b.dot, dim, b.W, ld}, Accumulate::no);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]
         GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
         // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
-        Gemm(d, nkb, Wd, pt, ld, 1, b.dor, dp, b.rows, w.dvg + c0 * dp, dp, true);
+        Gemm(d, Matrix<float>{w.dvg + c0 * dp, nkb, Wd, dp}, ptile, ConstMatrix{b.dor, b.rows, Wd, dp}, Accumulate::yes);
         // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
-        Gemm(d, nkb, Wd, w.dpt, ld, 1, b.qr, dp, b.rows, w.dkg + c0 * dp, dp, true);
+        Gemm(d, Matrix<float>{w.dkg + c0 * dp, nkb, Wd, dp}, dst, ConstMatrix{b.qr, b.rows, Wd, dp}, Accumulate::yes);
         // dQ += dS·K  (dQᵀ[x][i] += Σ_j K[c0+j][x] · dSᵀ[j][i])
-        Gemm(d, dim, b.W, kb, 1, k.ld, w.dpt, ld, nkb, b.dqt, ld, true);
+        Gemm(d, Matrix<float>{b.dqt, dim, b.W, ld}, Transposed(kb), dpt, Accumulate::yes);
       }
     }
     for (int64_t i = 0; i < nb; ++i) {
@@ -460,35 +386,24 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
   const size_t floats = backward_scratch_floats(p);
   const size_t partial_floats = backward_partial_floats(p);
   float* partial = partial_floats ? call_scratch(partial_floats) : nullptr;
-  const int64_t groups = p.sequences * a.k.heads;
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(p.threads)
-  {
-    float* scratch = nullptr;
-    try {
-      scratch = thread_scratch(floats);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      error = std::current_exception();
-    }
+  struct Thread {
+    float* scratch;
     KvCopy held;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; ++it) {
-      if (!scratch) continue;
-      BackwardScratch w(scratch, p);
-      BackwardItem(a, p, w, held, it / heads, it % heads, partial);
-    }
-    if (partial) {
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t it = 0; it < groups; ++it) {
-        if (!scratch) continue;
-        BackwardScratch w(scratch, p);
-        SumGroup(a, p, partial, w.row, it / a.k.heads, it % a.k.heads);
-      }
-    }
+  };
+  ParallelFor(
+      p.threads, items, 1, [&] { return Thread{thread_scratch(floats), {}}; },
+      [&](int64_t it, Thread& t) {
+        // A local view of the layout: its pointers stay in registers across the item's calls.
+        BackwardScratch w = place<BackwardScratch>(t.scratch, p);
+        BackwardItem(a, p, w, t.held, it / heads, it % heads, partial);
+      });
+  if (partial) {  // after every item: the groups' sums read all their heads' partials
+    ParallelFor(
+        p.threads, p.sequences * a.k.heads, 1, [&] { return thread_scratch(floats); },
+        [&](int64_t it, float* scratch) {
+          SumGroup(a, p, partial, place<BackwardScratch>(scratch, p).row, it / a.k.heads, it % a.k.heads);
+        });
   }
-  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

@@ -1,8 +1,8 @@
 // exp for fp32 lanes, the one transcendental of the softmax: every score of the forward and every
 // recomputed P of the backward goes through it, so its cost is a visible fraction of a tile at
-// d <= 128 (CPU-NOTES.md). About 18 vector operations per call in the usual range against ~28 for
-// Highway's Exp plus the NaN guard it needs (Exp(NaN) returns 0 there): no float->int conversion,
-// and NaN propagates through the arithmetic by itself.
+// d <= 128 (docs/cpu-design.md, "The softmax and the exp"). About 18 vector operations per call in
+// the usual range against ~28 for Highway's Exp plus the NaN guard it needs (Exp(NaN) returns 0
+// there): no float->int conversion, and NaN propagates through the arithmetic by itself.
 //
 // Per-target include guard (Highway's toggle idiom): re-included once per target by foreach_target.
 #if defined(FLASHATTN_CPU_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -7,14 +7,14 @@
 // and row max / row sum are lane-wise.
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <limits>
-#include <mutex>
 
 #include "flashattn/problem.hpp"
 #include "plan.h"
 #include "kv.h"
+#include "parallel.h"
 #include "rows.h"
+#include "scratch.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "forward.cc"
@@ -32,41 +32,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, scratch, rows
 
 namespace {
-
-// Views one forward work item's scratch (sizes in plan.cpp: forward_scratch_floats).
-struct ForwardScratch {
-  double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
-  float* qt;      // [d x qpad] Qᵀ
-  float* ot;      // [dpad x qpad] Oᵀ accumulator (rows past d stay 0)
-  float* st;      // [block_k x qpad] Sᵀ, then Pᵀ
-  float* m;       // [qpad] running row max
-  float* l;       // [qpad] running row sum
-  float* alpha;   // [qpad] rescale factor of the last step
-  float* tmax;    // [qpad] row max of the raw scores of the current tile (from the S product)
-  int32_t* kbeg;  // [qpad] first visible key per row
-  int32_t* kend;  // [qpad] one past the last visible key per row
-  float* rows;    // [qpad x dpad] the block's rows in fp32 (padded with 0): Q on the way in, O out
-  float* knorm;   // [max_k] squared norms of one head's key rows (adaptive exact scores, else null)
-
-  ForwardScratch(float* s, const Plan& p) {
-    sd = nullptr;
-    if (p.exact_scores) {  // first: doubles stay 64-byte aligned (all sizes are multiples of qpad)
-      sd = reinterpret_cast<double*>(s);
-      s = reinterpret_cast<float*>(sd + p.block_k * p.qpad);
-    }
-    qt = s;
-    ot = qt + p.dim * p.qpad;
-    st = ot + p.dpad * p.qpad;
-    m = st + p.block_k * p.qpad;
-    l = m + p.qpad;
-    alpha = l + p.qpad;
-    tmax = alpha + p.qpad;
-    kbeg = reinterpret_cast<int32_t*>(tmax + p.qpad);
-    kend = kbeg + p.qpad;
-    rows = reinterpret_cast<float*>(kend + p.qpad);
-    knorm = p.exact_scores ? rows + p.qpad * p.dpad : nullptr;
-  }
-};
 
 // What one thread keeps from item to item: the SharedKv slot it holds, and which head's key norms
 // w.knorm holds.
@@ -162,11 +127,13 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     ts.diag = mask.diag();
     ts.softcap = a.softcap;
     ts.slope = alibi_slope(a, s, h);
-    const bool transform = ts.softcap > 0 || ts.slope != 0;
+    const bool transform = ts.needs_transform();
     // Without transforms the scale is fused into the softmax; masked raw scores must then become −∞
     // after multiplying by it.
     const float fused_scale = transform ? 1.0f : scale;
     const float hidden = fused_scale < 0 ? inf : -inf;
+    const ConstMatrix qt{w.qt, dim, W, ld};  // Qᵀ [d x W]
+    const Matrix<float> ot{w.ot, dim, W, ld};  // Oᵀ [d x W]
     for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
       prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
@@ -178,13 +145,15 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       }
       const TileKind kind = mask.classify(r0, r1, c0, c1);
       if (kind == TileKind::empty) continue;
+      const Matrix<float> st{w.st, nk, W, ld};  // Sᵀ, then Pᵀ [nk x W]
       // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), then
       // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs whose
       // tile has large scores
       ts.c0 = c0;
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nk) : 0.0f;
+      const ConstMatrix kblock = row_block(k, c0, nk, dim);  // K[c0, c1)
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
-        Gemm(dd, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.sd, ld, false);
+        Gemm(dd, Matrix<double>{w.sd, nk, W, ld}, kblock, qt, Accumulate::no);
         if (transform) TransformScoresExact(dd, w.sd, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);
         OnlineSoftmaxExact(dd, w.sd, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
@@ -192,7 +161,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
         // A full tile of plain scores takes its row max from the product's registers.
         float* tmax = !transform && kind == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
         if (tmax) std::fill(tmax, tmax + W, -inf);
-        Gemm(d, nk, W, k.data + c0 * k.ld, k.ld, 1, w.qt, ld, dim, w.st, ld, false, tmax);
+        Gemm(d, st, kblock, qt, Accumulate::no, tmax);
         if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
         if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
         OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
@@ -200,7 +169,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       // O ·= α
       RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
       // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
-      Gemm(d, dim, W, v.data + c0 * v.ld, 1, v.ld, w.st, ld, nk, w.ot, ld, true);
+      Gemm(d, ot, Transposed(row_block(v, c0, nk, dim)), st, Accumulate::yes);
     }
   }
 
@@ -242,28 +211,19 @@ void ForwardTarget(const ForwardArgs& a, const Plan& p) {
   const size_t shared_floats = forward_shared_floats(p);
   SharedKv shared(shared_floats ? call_scratch(shared_floats) : nullptr, p);
   const size_t floats = forward_scratch_floats(p);
-  std::exception_ptr error;
-  std::mutex error_mutex;
-#pragma omp parallel num_threads(p.threads)
-  {
-    float* scratch = nullptr;
-    try {
-      scratch = thread_scratch(floats);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      error = std::current_exception();
-    }
+  struct Thread {
+    float* scratch;
     HeadState held;
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t it = 0; it < items; ++it) {
-      if (!scratch) continue;
-      ForwardScratch w(scratch, p);
-      // A chunk is [k·chunk, (k+1)·chunk): the next item of the chunk runs on this thread next.
-      const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
-      ForwardItem(a, p, w, shared, held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  };
+  ParallelFor(
+      p.threads, items, chunk, [&] { return Thread{thread_scratch(floats), {}}; },
+      [&](int64_t it, Thread& t) {
+        // A local view of the layout: its pointers stay in registers across the item's calls.
+        ForwardScratch w = place<ForwardScratch>(t.scratch, p);
+        // The next item of the chunk runs on this thread next.
+        const bool next_here = (it + 1) % chunk != 0 && it + 1 < items;
+        ForwardItem(a, p, w, shared, t.held, item_at(it, nqb, heads), next_here ? item_at(it + 1, nqb, heads) : Item{});
+      });
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

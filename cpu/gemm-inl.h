@@ -1,12 +1,14 @@
 // Register-blocked fp32 micro-kernels for the tile products of forward and backward:
-//   C[a][w] (+)= Σ_b A(a, b) · B[b][w],   A(a, b) = A[a·sa + b·sb] (broadcast), B and C row-major.
+//   Gemm(d, C, A, B, Accumulate::no | yes [, col_max]):  C (+)= A·B,
+// with B and C row-major Matrix views (matrix.h) and A a ConstMatrix or Transposed(ConstMatrix):
+// A is read as scalars (broadcast, any orientation, so K and V rows are used in place either way),
+// B and C as full vectors: C's width is a multiple of the lane count and B, C are vector-aligned.
 // A and B are fp32; C and the accumulation have the lane type T of the tag: fp32, or fp64 for the
 // exact scores of fp32 inputs (each product of two floats is then exact and only the sum rounds; B
 // vectors are widened on load, once per register block row, so no fp64 copy of B is needed).
-// Every product of the algorithm has this shape, with w running along query rows (S = Q·Kᵀ,
-// O += P·V, dP = dO·Vᵀ, dQ += dS·K in the transposed layout) or along the head dim (dV += Pᵀ·dO,
-// dK += dSᵀ·Q). A is read as scalars (strided, so K and V rows are used in place), B and C as full
-// vectors: the width W is a multiple of the lane count and B, C are vector-aligned.
+// Every product of the algorithm has this shape, with C's columns running along query rows
+// (S = Q·Kᵀ, O += P·V, dP = dO·Vᵀ, dQ += dS·K in the transposed layout) or along the head dim
+// (dV += Pᵀ·dO, dK += dSᵀ·Q).
 //
 // Per-target include guard (Highway's toggle idiom): re-included once per target by foreach_target.
 #if defined(FLASHATTN_CPU_GEMM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -20,10 +22,15 @@
 #include <type_traits>
 
 #include "hwy/highway.h"
+#include "matrix.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using ::flashattn::cpu::detail::Accumulate;
+using ::flashattn::cpu::detail::ConstMatrix;
+using ::flashattn::cpu::detail::Matrix;
+using ::flashattn::cpu::detail::ScalarOperand;
 
 // Loads Lanes(d) floats at p (aligned to their size) as a vector of the tag's lane type.
 template <class D>
@@ -105,14 +112,12 @@ HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t s
   static_assert(kRowsA <= 6, "the tail switch covers at most 5 leftover rows");
 }
 
-// C[na x W] (+)= A(na x nb) · B[nb x W]; W a multiple of Lanes(d); ldb in floats, ldc in T.
-// With accumulate == false C is overwritten (nb may be 0: C becomes 0). When col_max is set (W
-// values, vector-aligned) it becomes max(col_max, max over the na rows of C): the row max of a
-// transposed score tile, taken from the registers instead of another sweep over the tile.
+// The kernel behind Gemm, on unpacked operands: C[na x W] (+)= A(na x nb) · B[nb x W] with
+// A(a, b) = A[a·sa + b·sb]; W a multiple of Lanes(d); ldb in floats, ldc in T. Call Gemm instead.
 template <class D, typename T = hn::TFromD<D>>
-HWY_NOINLINE void Gemm(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
-                       const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate,
-                       T* col_max = nullptr) {
+HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
+                             const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate,
+                             T* col_max) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t nvec = W / L;
   int64_t v = 0;
@@ -129,6 +134,21 @@ HWY_NOINLINE void Gemm(D d, int64_t na, int64_t W, const float* A, int64_t sa, i
     default: break;  // 0 left (kVecsB <= 4)
   }
   static_assert(kVecsB <= 4, "the tail switch covers at most 3 leftover vectors");
+}
+
+// C (+)= A·B: C [A.rows x C.cols] (C.cols a multiple of Lanes(d)), A [A.rows x A.cols] row-major or
+// Transposed, B [A.cols x C.cols] row-major; B and C vector-aligned (rows and stride). With
+// Accumulate::no C is overwritten (A.cols may be 0: C becomes 0). When col_max is set (C.cols
+// values, vector-aligned) it becomes max(col_max, max over the rows of C): the row max of a
+// transposed score tile, taken from the registers instead of another sweep over the tile. Inlined
+// into a call of GemmKernel: the views cost nothing.
+template <class D>
+HWY_INLINE void Gemm(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A, const ConstMatrix& B,
+                     Accumulate accumulate, hn::TFromD<D>* col_max = nullptr) {
+  HWY_DASSERT(A.rows == C.rows && A.cols == B.rows && B.cols == C.cols);
+  HWY_DASSERT(C.cols % static_cast<int64_t>(hn::Lanes(d)) == 0);
+  GemmKernel(d, C.rows, C.cols, A.data, A.row_step, A.col_step, B.data, B.stride, A.cols, C.data, C.stride,
+             accumulate == Accumulate::yes, col_max);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

@@ -6,7 +6,7 @@ namespace flashattn::cpu::detail {
 SharedKv::SharedKv(float* buffer, const Plan& p)
     : slots_(static_cast<size_t>(shared_kv_slots(p))), buffer_(buffer), max_k_(p.max_k), dim_(p.dim) {}
 
-void SharedKv::acquire(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int& held, Rows& k, Rows& v,
+void SharedKv::acquire(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int& held, Rows& k, Rows& v,
                        WidenFn widen) {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto rows_of = [&](int slot) {

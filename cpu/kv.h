@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flashattn/problem.hpp"
+#include "matrix.h"
 #include "plan.h"
 #include "rows.h"
 
@@ -29,6 +30,11 @@ struct Rows {
   int64_t ld = 0;
 };
 
+// Rows [first, first + n) of r, `cols` elements each, as a matrix (a key block of K or V).
+inline ConstMatrix row_block(const Rows& r, int64_t first, int64_t n, int64_t cols) {
+  return {r.data + first * r.ld, n, cols, r.ld};
+}
+
 // Widens n elements at offset `off` of a buffer of dtype t into dst (load_row or a SIMD version).
 using WidenFn = void (*)(const void* data, DType t, int64_t off, int64_t n, float* dst);
 
@@ -43,14 +49,14 @@ inline void prefetch_kv_block(const Rows& k, const Rows& v, int64_t c0, int64_t 
 }
 
 // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of sequence seq, read in place (f32 inputs).
-inline void in_place_kv(const ForwardArgs& a, const Sequence& seq, int64_t kvh, Rows& k, Rows& v) {
+inline void in_place_kv(const AttentionArgs& a, const Sequence& seq, int64_t kvh, Rows& k, Rows& v) {
   k = {static_cast<const float*>(a.k.data) + a.k.offset(seq.batch, seq.k_start, kvh), a.k.stride_seq};
   v = {static_cast<const float*>(a.v.data) + a.v.offset(seq.batch, seq.k_start, kvh), a.v.stride_seq};
 }
 
 // Widens keys [0, seq.mask.seqlen_k) of head kvh of k and v into the contiguous rows kc, vc (dim
 // floats each) with `widen`.
-inline void copy_head(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int64_t dim, float* kc, float* vc,
+inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t dim, float* kc, float* vc,
                       WidenFn widen) {
   constexpr int64_t kAhead = 8;  // rows prefetched ahead of the copy (strided rows defeat the hardware prefetcher)
   for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
@@ -66,7 +72,7 @@ inline void copy_head(const ForwardArgs& a, const Sequence& seq, int64_t kvh, in
 // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of sequence seq: in place, or (p.copy_kv)
 // from the thread's copy `copy` (room for 2·max_k·d floats), refilled when `held` says it holds
 // another head.
-inline void head_kv(const ForwardArgs& a, const Plan& p, const Sequence& seq, int64_t kvh, float* copy,
+inline void head_kv(const AttentionArgs& a, const Plan& p, const Sequence& seq, int64_t kvh, float* copy,
                     KvCopy& held, Rows& k, Rows& v, WidenFn widen) {
   if (!p.copy_kv) {
     in_place_kv(a, seq, kvh, k, v);
@@ -99,7 +105,7 @@ class SharedKv {
 
   // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of seq, copied with `widen`; `held` is the
   // slot the calling thread holds (-1: none), released first when it holds another head.
-  void acquire(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int& held, Rows& k, Rows& v,
+  void acquire(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int& held, Rows& k, Rows& v,
                WidenFn widen);
 
  private:

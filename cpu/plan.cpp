@@ -1,4 +1,4 @@
-// The per-call plan and the per-thread scratch sizes (see plan.h).
+// The per-call plan and the sizes of the call-wide buffers (see plan.h).
 #include "plan.h"
 
 #include <omp.h>
@@ -25,7 +25,7 @@ int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
 
 }  // namespace
 
-Plan make_plan(const ForwardArgs& a, const Config& c, bool backward) {
+Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
   if (c.backward_blocks < 0 || c.backward_blocks > kMaxPassBlocks)
@@ -65,42 +65,9 @@ Plan make_plan(const ForwardArgs& a, const Config& c, bool backward) {
   return p;
 }
 
-// Forward, per thread: Qᵀ [d x qpad] and Oᵀ [dpad x qpad], S/P [block_k x qpad], row state (max,
-// sum, alpha, tile max, key range as int32) 6 x qpad, the block's rows [qpad x dpad]; with exact
-// scores the fp64 S tile [block_k x qpad] (2 floats per double) and the key norms [max_k].
-size_t forward_scratch_floats(const Plan& p) {
-  size_t n = (p.dim + p.dpad) * p.qpad + p.block_k * p.qpad + 6 * p.qpad + p.qpad * p.dpad;
-  if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
-  return n;
-}
-
 // Forward, per call: with copied k, v (kv.h) shared_kv_slots fp32 copies of one head's k and v [max_k x d].
 size_t forward_shared_floats(const Plan& p) {
   return p.copy_kv ? static_cast<size_t>(shared_kv_slots(p)) * 2 * static_cast<size_t>(p.max_k * p.dim) : 0;
-}
-
-// Backward, per query block of a pass: Qᵀ, dOᵀ [d x qpad], dQᵀ [dpad x qpad], Q, dO row-major
-// [qpad x dpad], D, LSE, 1/norm, key range (2) [qpad]; its P cache (and tanh cache with soft-capping)
-// [kpad x qpad] with kpad = max_k rounded up to block_k.
-size_t backward_block_floats(const Plan& p) {
-  const size_t kpad = round_up(p.max_k, p.block_k);
-  return (2 * p.dim + p.dpad) * p.qpad + 2 * p.qpad * p.dpad + 5 * p.qpad + (p.softcap ? 2 : 1) * kpad * p.qpad;
-}
-
-// Backward, per thread, for one (sequence, query head): pass_blocks query blocks
-// (backward_block_floats); the dP/dS tile [block_k x qpad]; the head's dK, dV accumulators
-// [max_k x dpad]; a row buffer [dpad]; with copied k, v (kv.h) their fp32 copy of one head
-// [max_k x d] each; with exact scores the fp64 S tile [block_k x qpad] (2 floats per double) and the
-// key norms [max_k]; for sequences longer than kAccumulateGroupRows query rows the group's dK, dV
-// accumulators [max_k x dpad] each. Grows with seqlen_k·(pass_blocks·block_q + d), never
-// seqlen_q·seqlen_k.
-size_t backward_scratch_floats(const Plan& p) {
-  size_t n = p.pass_blocks * backward_block_floats(p);
-  n += p.block_k * p.qpad + 2 * p.max_k * p.dpad + p.dpad;
-  if (backward_grouped(p)) n += 2 * p.max_k * p.dpad;
-  if (p.exact_scores) n += 2 * p.block_k * p.qpad + p.max_k;
-  if (p.copy_kv) n += 2 * p.max_k * p.dim;
-  return n;
 }
 
 // dK and dV partials in fp32, [sequence][query head][max_k][d] each.

@@ -1,6 +1,7 @@
 // Internal interface of flashattn::cpu: the per-call plan (tile sizes, threads, target) and the
 // per-thread scratch layout shared by the kernels and workspace_bytes. Includes only hwy/base.h
-// (STYLE.md #8); the SIMD code lives in forward.cc / backward.cc.
+// (no per-target SIMD code here, so any file can include it); the SIMD code lives in forward.cc /
+// backward.cc.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +20,7 @@ constexpr int64_t kMaxLanes = 16;
 
 // Default query rows per tile: 4 AVX-512 vectors. The S and P tiles are [block_k x block_q] fp32 and
 // the O accumulator [d x block_q]: at d = 128 they take 32 + 32 KiB, sized for the 1 MiB L2 with the
-// K and V blocks beside them (CPU-NOTES.md).
+// K and V blocks beside them (docs/cpu-design.md, "Tile sizes").
 constexpr int kDefaultBlockQ = 64;
 // Default key rows per tile (d <= 128), and for larger head dims (keeps K and V blocks within L2).
 constexpr int kDefaultBlockK = 128;
@@ -42,7 +43,7 @@ constexpr int64_t kAccumulateGroupRows = 16384;
 // Most query blocks one backward pass over the keys may carry (Config::backward_blocks), and the
 // default for a head whose fp32 K, V, dK and dV (4·seqlen_k·dpad floats) outgrow kBackwardHeadBytes:
 // the pass then streams them from memory (or L3) once per kDefaultPassBlocks query blocks instead of
-// once per block (benchmarks/RESULTS.md, "backward passes"). Smaller heads stay in cache; one block
+// once per block (docs/cpu-design.md, "The backward"). Smaller heads stay in cache; one block
 // per pass keeps their P cache small.
 constexpr int64_t kMaxPassBlocks = 16;
 constexpr int64_t kDefaultPassBlocks = 4;
@@ -91,7 +92,7 @@ inline bool backward_grouped(const Plan& p) { return ceil_div(p.max_q, p.block_q
 
 // Returns the plan of a validated forward or backward call (tile sizes from the config or the
 // defaults, which differ by pass).
-Plan make_plan(const ForwardArgs& a, const Config& c, bool backward);
+Plan make_plan(const AttentionArgs& a, const Config& c, bool backward);
 
 // Slots of the forward's shared fp32 k, v head copies (kv.h SharedKv): one per thread. A thread
 // releases its slot before it looks for another head, so it always finds a free one.
@@ -100,10 +101,9 @@ inline int shared_kv_slots(const Plan& p) { return p.threads; }
 // Floats of the forward's call-wide buffer of shared k, v head copies (0 when read in place).
 size_t forward_shared_floats(const Plan& p);
 
-// Floats of per-thread scratch the forward and backward kernels use (the layout is in the kernels;
-// these are its sizes, used both to allocate and to report).
+// Floats of per-thread scratch the forward and backward kernels use, counted from the layouts they
+// place (scratch.h), used both to allocate and to report.
 size_t forward_scratch_floats(const Plan& p);
-size_t backward_block_floats(const Plan& p);
 size_t backward_scratch_floats(const Plan& p);
 // Floats of the call-wide fp32 buffer of per-query-head dK, dV partials the backward sums over
 // each group in fixed order (0 without GQA/MQA).

@@ -63,7 +63,7 @@ enum class PrefetchFor : uint8_t {
 // (dtype t). A work item reads its q rows (and writes its out rows) once, cold: issuing every miss
 // of a block of rows early overlaps them with each other and with the tile loop, instead of meeting
 // them one row at a time (measured: forward f32 d = 128, N = 1024, ~3-6 % when issued just before
-// use; benchmarks/RESULTS-cpu-notes.md for issuing them a tile ahead).
+// use; docs/cpu-design.md, "Work items", for issuing them a tile ahead).
 inline void prefetch_row(const void* data, DType t, int64_t off, int64_t n, PrefetchFor how = PrefetchFor::read_now) {
   constexpr int64_t kLine = 64;
   const int64_t size = t == DType::f32 ? 4 : 2;

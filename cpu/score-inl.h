@@ -1,6 +1,6 @@
 // Element-wise passes over a transposed score tile Sᵀ[j][i] (key j of the tile, query row i in the
 // vector lanes; row stride `ld` floats, columns [0, W) with W a multiple of the lane count): the
-// score transforms of DESIGN.md (soft-capping, then ALiBi), the mask of partial tiles, and the online
+// score transforms of docs/semantics.md (soft-capping, then ALiBi), the mask of partial tiles, and the online
 // softmax update of the forward. Rows are lanes, so per-row reductions are lane-wise (no shuffles).
 #if defined(FLASHATTN_CPU_SCORE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FLASHATTN_CPU_SCORE_INL_H_
@@ -41,6 +41,11 @@ struct TileScores {
   int64_t diag = 0;    // Mask::diag(): key aligned with query row 0
   float softcap = 0;   // > 0: S <- softcap·tanh(S/softcap)
   float slope = 0;     // != 0: S <- S − slope·|i + diag − j|
+
+  // Returns whether the scores need the TransformScores pass. Without soft-capping and ALiBi the
+  // scale is fused into the exponent instead, except a zero scale: masked raw scores are made
+  // ±∞ before the product, and 0·∞ would be NaN.
+  bool needs_transform() const { return softcap > 0 || slope != 0 || scale == 0; }
 };
 
 // Turns raw q·k into scores: S = scale·st, then soft-capping, then ALiBi, on st[0, nk) x [0, W).

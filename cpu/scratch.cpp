@@ -1,17 +1,18 @@
-// Per-thread scratch that outlives a call (see plan.h: thread_scratch).
+// Per-thread scratch that outlives a call (see plan.h: thread_scratch), and its sizes from the
+// layouts of scratch.h.
 #include <sys/mman.h>
 
 #include <cstdlib>
 #include <new>
 
-#include "plan.h"
+#include "scratch.h"
 
 namespace flashattn::cpu::detail {
 namespace {
 
-constexpr size_t kAlign = 64;                 // one cache line, the widest vector
 constexpr size_t kHugePageHint = size_t{2} << 20;  // ask for huge pages from 2 MiB: first touch of
-                                                   // 4 KiB pages costs ~10 µs here (CPU-NOTES.md)
+                                                   // 4 KiB pages cost ~10 µs on the Zen 5 host
+                                                   // (docs/cpu-design.md, "Scratch")
 
 // One thread's buffer; freed when the thread exits.
 struct Arena {
@@ -29,8 +30,8 @@ float* grow(Arena& arena, size_t floats) {
     std::free(arena.data);
     arena.data = nullptr;
     arena.floats = 0;
-    const size_t bytes = (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, bytes);
+    const size_t bytes = (floats * sizeof(float) + kVectorAlign - 1) / kVectorAlign * kVectorAlign;
+    void* p = std::aligned_alloc(kVectorAlign, bytes);
     if (!p) throw std::bad_alloc();
     if (bytes >= kHugePageHint) madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
     arena.data = static_cast<float*>(p);
@@ -44,5 +45,11 @@ float* grow(Arena& arena, size_t floats) {
 float* thread_scratch(size_t floats) { return grow(t_arena, floats); }
 
 float* call_scratch(size_t floats) { return grow(t_call, floats); }
+
+size_t forward_scratch_floats(const Plan& p) { return (layout_bytes<ForwardScratch>(p) + sizeof(float) - 1) / sizeof(float); }
+
+size_t backward_scratch_floats(const Plan& p) {
+  return (layout_bytes<BackwardScratch>(p) + sizeof(float) - 1) / sizeof(float);
+}
 
 }  // namespace flashattn::cpu::detail

@@ -2,7 +2,7 @@
 // between the row layout of the tensors and the transposed tiles (query rows in the lanes) the
 // kernels compute in. log2(L) rounds of ConcatEven / ConcatOdd (a perfect shuffle), L·log2(L)
 // shuffles per L² floats: a 64 x 128 tile in 0.47 µs on AVX3 against 1.9 µs for the scalar
-// element loop (benchmarks/RESULTS-cpu-notes.md).
+// element loop (docs/cpu-design.md).
 //
 // Per-target include guard (Highway's toggle idiom): re-included once per target by foreach_target.
 #if defined(FLASHATTN_CPU_TRANSPOSE_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -93,7 +93,7 @@ struct HostArrays {
 };
 
 // Copies the device arrays of `a` to `h` and points `host` at them.
-void copy_arrays(const ForwardArgs& a, ForwardArgs& host, HostArrays& h, cudaStream_t stream) {
+void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cudaStream_t stream) {
   if (a.cu_seqlens_q && (a.varlen_batch < 0 || a.varlen_batch >= kMaxSeqIndex))
     throw Error("varlen_batch (" + std::to_string(a.varlen_batch) + ") must be in [0, 2^31)");
   const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : std::max<int64_t>(a.q.batch, 0);
@@ -118,7 +118,7 @@ void copy_arrays(const ForwardArgs& a, ForwardArgs& host, HostArrays& h, cudaStr
 }
 
 // GPU-specific layout requirement of one tensor: 16-byte aligned rows (needs no device).
-void check_gpu_layout(const Tensor& t, const char* name) {
+void check_gpu_layout(const ConstTensor& t, const char* name) {
   if (t.data == nullptr) return;
   if (reinterpret_cast<uintptr_t>(t.data) % kVectorAlign != 0)
     fail(name, ".data (", t.data, ") must be 16-byte aligned (rows are copied in 16-byte chunks)");
@@ -132,20 +132,20 @@ void check_gpu_layout(const Tensor& t, const char* name) {
 }
 
 struct NamedTensor {
-  const Tensor* tensor;
+  ConstTensor tensor;
   const char* name;
 };
 
 // Checks dtype, head dim, grid limits and the layout of every tensor (all without a device), then
 // that every pointer is device-readable memory (asks the driver).
-void check_gpu(const ForwardArgs& a, int64_t nseq, std::initializer_list<NamedTensor> tensors) {
+void check_gpu(const AttentionArgs& a, const float* lse, int64_t nseq, std::initializer_list<NamedTensor> tensors) {
   const std::string why = unsupported_reason(a.q.dtype, a.q.dim);
   if (!why.empty()) throw Error(why);
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
-  for (const NamedTensor& t : tensors) check_gpu_layout(*t.tensor, t.name);
-  for (const NamedTensor& t : tensors) check_device_pointer(t.tensor->data, t.name);
-  check_device_pointer(a.lse, "lse");
+  for (const NamedTensor& t : tensors) check_gpu_layout(t.tensor, t.name);
+  for (const NamedTensor& t : tensors) check_device_pointer(t.tensor.data, t.name);
+  check_device_pointer(lse, "lse");
 }
 
 // Scratch memory allocated and freed in stream order.
@@ -190,7 +190,7 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   copy_arrays(a, host, arrays, stream);
   validate(host);
   const Extents e = extents(host);
-  check_gpu(a, e.nseq, {{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"}});
+  check_gpu(a, a.lse, e.nseq, {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}});
   if (e.max_q == 0) return;
   ForwardParams p;
   fill(p, a, e.nseq);
@@ -211,9 +211,9 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   copy_arrays(a, host, arrays, stream);
   validate(host);
   const Extents e = extents(host);
-  check_gpu(a, e.nseq,
-            {{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"}, {&a.dout, "dout"}, {&a.dq, "dq"}, {&a.dk, "dk"},
-             {&a.dv, "dv"}});
+  check_gpu(a, a.lse, e.nseq,
+            {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}, {a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"},
+             {a.dv, "dv"}});
   if (e.max_k_rows == 0 && e.max_q == 0) return;
 
   BackwardParams p;

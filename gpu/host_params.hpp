@@ -13,14 +13,13 @@
 namespace flashattn::gpu::detail {
 
 inline View view(const Tensor& t) { return View{t.data, t.stride_batch, t.stride_seq, t.stride_head}; }
+inline ConstView view(const ConstTensor& t) { return ConstView{t.data, t.stride_batch, t.stride_seq, t.stride_head}; }
 
-// Fills the forward parameter block from validated args (device pointers from `a`).
-inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
+// Fills the inputs and options every kernel reads from validated args (device pointers from `a`).
+inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
   p.q = view(a.q);
   p.k = view(a.k);
   p.v = view(a.v);
-  p.out = view(a.out);
-  p.lse = a.lse;
   p.q_seq = a.q.seq;
   p.k_seq = a.k.seq;
   p.heads_q = static_cast<int>(a.q.heads);
@@ -38,11 +37,18 @@ inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
   p.alibi_batch_stride = a.alibi_batch_stride;
 }
 
+// Fills the forward parameter block.
+inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
+  fill_common(p, a, nseq);
+  p.out = view(a.out);
+  p.lse = a.lse;
+}
+
 // The longest query and key-row counts over the sequences of a validated host copy.
 struct Extents {
   int64_t nseq = 0, max_q = 0, max_k_rows = 0;
 };
-inline Extents extents(const ForwardArgs& host) {
+inline Extents extents(const AttentionArgs& host) {
   Extents e;
   e.nseq = num_sequences(host);
   for (int64_t s = 0; s < e.nseq; ++s) {
@@ -55,7 +61,9 @@ inline Extents extents(const ForwardArgs& host) {
 
 // Fills the backward parameter block (scratch pointers dot and dq_accum are left to the caller).
 inline void fill(BackwardParams& p, const BackwardArgs& a, int64_t nseq) {
-  fill(static_cast<ForwardParams&>(p), a, nseq);
+  fill_common(p, a, nseq);
+  p.out = view(a.out);
+  p.lse = a.lse;
   p.dout = view(a.dout);
   p.dq = view(a.dq);
   p.dk = view(a.dk);
@@ -64,8 +72,8 @@ inline void fill(BackwardParams& p, const BackwardArgs& a, int64_t nseq) {
 }
 
 // Returns the element count of the D scratch (laid out like lse) and of the fp32 dQ accumulator.
-inline size_t dot_count(const ForwardArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
-inline size_t dq_accum_count(const ForwardArgs& a) {
+inline size_t dot_count(const AttentionArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
+inline size_t dq_accum_count(const AttentionArgs& a) {
   return static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim);
 }
 

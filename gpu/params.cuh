@@ -13,9 +13,11 @@
 
 namespace flashattn::gpu::detail {
 
-// A strided [batch, seq, heads, dim] view on the device (element strides, dim contiguous).
-struct View {
-  void* data = nullptr;
+// A strided [batch, seq, heads, dim] view on the device (element strides, dim contiguous):
+// View is writable (outputs), ConstView read-only (inputs).
+template <class Pointer>
+struct BasicView {
+  Pointer data = nullptr;
   int64_t stride_batch = 0, stride_seq = 0, stride_head = 0;
 
   // Returns the element offset of row `row` of head `head` in batch `batch`.
@@ -23,11 +25,13 @@ struct View {
     return batch * stride_batch + row * stride_seq + head * stride_head;
   }
 };
+using View = BasicView<void*>;
+using ConstView = BasicView<const void*>;
 
-// Everything a forward kernel needs. Device pointers; validated on the host before launch.
-struct ForwardParams {
-  View q, k, v, out;
-  float* lse = nullptr;        // [B, Hq, q_seq] or null
+// What every kernel reads: the inputs q, k, v and the options. Device pointers; validated on the
+// host before launch.
+struct CommonParams {
+  ConstView q, k, v;
   int64_t q_seq = 0, k_seq = 0;  // seq sizes of the tensors (varlen: total rows)
   int heads_q = 0, heads_k = 0;
   int num_sequences = 0;
@@ -36,15 +40,23 @@ struct ForwardParams {
   const int32_t* seqlens_k = nullptr;     // device, [num_sequences] or null
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
-  float scale = 1;      // effective scale (never 0 here)
+  float scale = 1;      // effective scale (any finite value, 0 included)
   float softcap = 0;    // 0: off
   const float* alibi_slopes = nullptr;  // device or null
   int64_t alibi_batch_stride = 0;
 };
 
-// Backward adds the forward's output, its gradient, the gradients and fp32 scratch.
-struct BackwardParams : ForwardParams {
-  View dout, dq, dk, dv;
+// The forward adds its outputs.
+struct ForwardParams : CommonParams {
+  View out;
+  float* lse = nullptr;  // [B, Hq, q_seq] or null
+};
+
+// The backward adds the forward's output and LSE and dO (inputs), the gradients and fp32 scratch.
+struct BackwardParams : CommonParams {
+  ConstView out, dout;
+  const float* lse = nullptr;  // [B, Hq, q_seq]
+  View dq, dk, dv;
   float* dot = nullptr;       // scratch D = rowsum(dO∘O), laid out like lse
   float* dq_accum = nullptr;  // scratch fp32 dQ [B or 1, q_seq, heads_q, dim] contiguous, or null
   int dim = 0;
@@ -54,18 +66,18 @@ struct BackwardParams : ForwardParams {
 using SeqInfo = Sequence;
 
 // Returns sequence s, reading the device arrays of p, by the one rule of flashattn::make_sequence.
-__device__ inline SeqInfo sequence_info(const ForwardParams& p, int64_t s) {
+__device__ inline SeqInfo sequence_info(const CommonParams& p, int64_t s) {
   return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.causal, p.window_left,
                        p.window_right);
 }
 
 // Returns the index into lse (and the D scratch) of row i of sequence `si`, query head h.
-__device__ inline int64_t lse_index(const ForwardParams& p, const SeqInfo& si, int64_t h, int64_t i) {
+__device__ inline int64_t lse_index(const CommonParams& p, const SeqInfo& si, int64_t h, int64_t i) {
   return (si.batch * p.heads_q + h) * p.q_seq + si.q_start + i;
 }
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
-__device__ inline float alibi_slope(const ForwardParams& p, int64_t s, int64_t h) {
+__device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {
   return p.alibi_slopes ? p.alibi_slopes[s * p.alibi_batch_stride + h] : 0.0f;
 }
 

@@ -43,7 +43,7 @@ __device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int v
 }
 
 // The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping and
-// ALiBi of DESIGN.md, times log2(e). `tanh_out` receives tanh(S/softcap) (for the backward's
+// ALiBi of docs/semantics.md, times log2(e). `tanh_out` receives tanh(S/softcap) (for the backward's
 // derivative; 0 when soft-capping is off). Masking is applied by the caller.
 struct ScoreTransform {
   float scale = 1, softcap = 0, slope = 0;

@@ -25,7 +25,7 @@ int64_t span_elements(const Tensor& t) {
 }
 
 template <class F>
-void for_each_element(const Tensor& t, F f) {
+void for_each_element(const flashattn::ConstTensor& t, F f) {
   int64_t dense = 0;
   for (int64_t b = 0; b < t.batch; ++b)
     for (int64_t s = 0; s < t.seq; ++s)
@@ -97,7 +97,7 @@ void poison(GuardedTensor& t) {
   for_each_element(t.view, [&](int64_t off, int64_t) { flashattn::store_from_float(t.view.data, t.view.dtype, off, nan); });
 }
 
-std::vector<double> read_dense(const Tensor& t) {
+std::vector<double> read_dense(const flashattn::ConstTensor& t) {
   std::vector<double> r(static_cast<size_t>(t.batch * t.seq * t.heads * t.dim));
   for_each_element(t, [&](int64_t off, int64_t i) { r[i] = flashattn::load_as_float(t.data, t.dtype, off); });
   return r;

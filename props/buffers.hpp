@@ -64,7 +64,7 @@ GuardedTensor make_tensor(const std::string& name, flashattn::DType dtype, int64
 void poison(GuardedTensor& t);
 
 // Returns the view's elements as doubles in dense [batch, seq, heads, dim] order.
-std::vector<double> read_dense(const flashattn::Tensor& t);
+std::vector<double> read_dense(const flashattn::ConstTensor& t);
 
 // Writes dense [batch, seq, heads, dim] values into the view, rounded to its dtype.
 void write_dense(const flashattn::Tensor& t, const std::vector<double>& values);

@@ -191,7 +191,12 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   s << " varlen_k=";
   write_list(s, c.varlen_k);
   s << " layout=" << layout_name(c.layout) << " offset=" << (c.offset ? 1 : 0) << " values=" << values_name(c.values)
-    << " scale=" << c.scale << " seed=" << c.seed;
+    << " scale=";
+  if (c.scale)
+    s << *c.scale;
+  else
+    s << "default";
+  s << " seed=" << c.seed;
   return os << s.str();
 }
 
@@ -238,7 +243,7 @@ Case parse_case(const std::string& line) {
   c.layout = to_enum<Layout>("layout", take("layout"), layout_name, 3);
   c.offset = to_int("offset", take("offset")) != 0;
   c.values = to_enum<Values>("values", take("values"), values_name, 4);
-  c.scale = to_float("scale", take("scale"));
+  if (const std::string scale = take("scale"); scale != "default") c.scale = to_float("scale", scale);
   c.seed = static_cast<uint64_t>(to_int("seed", take("seed")));
   if (!f.empty()) throw std::invalid_argument("case line has unknown field " + f.begin()->first);
   if (c.varlen_q.size() != c.varlen_k.size())
@@ -292,7 +297,7 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     c.values = *rc::gen::weightedElement<Values>(
         {{4, Values::normal}, {1, Values::large}, {1, Values::ties}, {1, Values::zero_v}});
     if (space.custom_scale && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
-      c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f});
+      c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f, 0.0f});
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
     fit_work(c, space.max_work, space.min_group);
     return c;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,7 @@ struct Case {
   Layout layout = Layout::bshd;
   bool offset = false;  // base pointers moved by one element (aligned to the element only)
   Values values = Values::normal;
-  float scale = 0;      // 0: default 1/sqrt(dim)
+  std::optional<float> scale;  // empty: the default 1/sqrt(dim) (printed "default"); 0 is a zero scale
   uint64_t seed = 0;    // seed of the tensor values
 
   int64_t heads_q() const { return heads_k * group; }

@@ -67,10 +67,10 @@ namespace {
 // 1e-6 relative change, and generated cases catch it only in some percent of draws.
 const char* const kPlantF32 =
     "b=1 hk=1 g=1 nq=1 nk=2 d=8 dtype=f32 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
-    "varlen_k=- layout=bshd offset=0 values=normal scale=0 seed=2";
+    "varlen_k=- layout=bshd offset=0 values=normal scale=default seed=2";
 const char* const kPlantBf16 =
     "b=1 hk=1 g=1 nq=1 nk=2 d=8 dtype=bf16 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
-    "varlen_k=- layout=bshd offset=0 values=normal scale=0 seed=2";
+    "varlen_k=- layout=bshd offset=0 values=normal scale=default seed=2";
 
 // The fp64 oracle as the implementation, with `plant` applied to its forward results.
 Judgement planted_forward(const char* line, const std::function<void(flashattn::ForwardArgs&)>& plant) {
@@ -144,7 +144,7 @@ TEST_CASE("tolerance: dq and dk allow one fp32 rounding of their dS terms where 
   // in different fp32 orders gets dP − D = a few fp32 roundings, times a derivative that fp32 still
   // resolves: the emulated GPU kernels gave dq = 4.3e-13 here. fp32_terms covers that.
   Instance inst(parse_case("b=1 hk=1 g=2 nq=1 nk=1 d=64 dtype=bf16 causal=0 wl=1 wr=-1 softcap=30 alibi=shared "
-                           "seqlens_k=- varlen_q=- varlen_k=- layout=bshd offset=0 values=large scale=0 seed=649623508"));
+                           "seqlens_k=- varlen_q=- varlen_k=- layout=bshd offset=0 values=large scale=default seed=649623508"));
   flashattn::BackwardArgs a = inst.backward_args();
   flashattn::reference::backward(a, flashattn::reference::Precision::fp64);
   const Judgement j = judge_backward(a);

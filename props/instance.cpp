@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "flashattn/convert.hpp"
+#include "flashattn/problem.hpp"
 #include "flashattn/reference.hpp"
 #include "props/rng.hpp"
 
@@ -31,7 +32,7 @@ void fill(GuardedTensor& t, F value) {
 }  // namespace
 
 double effective_scale(const Case& c) {
-  return c.scale != 0 ? c.scale : static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dim))));
+  return c.scale ? *c.scale : static_cast<double>(flashattn::default_scale(c.dim));
 }
 
 Instance::Instance(const Case& c) : case_(c) {
@@ -133,9 +134,9 @@ flashattn::ForwardArgs Instance::forward_args() {
 }
 
 flashattn::BackwardArgs Instance::backward_args() {
-  flashattn::BackwardArgs a;
-  static_cast<flashattn::ForwardArgs&>(a) = forward_args();
-  flashattn::reference::forward(a, flashattn::reference::Precision::fp64);
+  const flashattn::ForwardArgs f = forward_args();
+  flashattn::reference::forward(f, flashattn::reference::Precision::fp64);
+  flashattn::BackwardArgs a = flashattn::backward_args(f);
   backward_ = true;
   a.dout = dout_.view;
   a.dq = dq_.view;

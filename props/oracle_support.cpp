@@ -26,13 +26,13 @@ Tensor store(std::vector<unsigned char>& mem, DType dtype, const Dense& d) {
 
 }  // namespace
 
-Dense dense_of(const Tensor& t) {
+Dense dense_of(const flashattn::ConstTensor& t) {
   Dense d(t.batch, t.seq, t.heads, t.dim);
   d.data = read_dense(t);
   return d;
 }
 
-Options options_of(const flashattn::ForwardArgs& a) {
+Options options_of(const flashattn::AttentionArgs& a) {
   Options o;
   o.scale = a.scale;
   o.causal = a.causal;
@@ -55,15 +55,11 @@ Options options_of(const flashattn::ForwardArgs& a) {
 
 Call::Call(const Options& o, DType dtype, const Dense& q, const Dense& k, const Dense& v, const Dense& dout)
     : options_(o) {
-  flashattn::BackwardArgs& a = args_;
+  flashattn::ForwardArgs& a = forward_args_;
   a.q = store(q_, dtype, q);
   a.k = store(k_, dtype, k);
   a.v = store(v_, dtype, v);
-  a.dout = store(dout_, dtype, dout);
   a.out = store(out_, dtype, Dense(q.batch, q.seq, q.heads, q.dim));
-  a.dq = store(dq_, dtype, Dense(q.batch, q.seq, q.heads, q.dim));
-  a.dk = store(dk_, dtype, Dense(k.batch, k.seq, k.heads, k.dim));
-  a.dv = store(dv_, dtype, Dense(k.batch, k.seq, k.heads, k.dim));
   lse_.assign(static_cast<size_t>(std::max<int64_t>(1, q.batch * q.heads * q.seq)), 0.0f);
   a.lse = lse_.data();
   a.scale = options_.scale;
@@ -81,6 +77,11 @@ Call::Call(const Options& o, DType dtype, const Dense& q, const Dense& k, const 
     a.cu_seqlens_k = options_.cu_seqlens_k.data();
     a.varlen_batch = options_.varlen_batch;
   }
+  args_ = flashattn::backward_args(a);
+  args_.dout = store(dout_, dtype, dout);
+  args_.dq = store(dq_, dtype, Dense(q.batch, q.seq, q.heads, q.dim));
+  args_.dk = store(dk_, dtype, Dense(k.batch, k.seq, k.heads, k.dim));
+  args_.dv = store(dv_, dtype, Dense(k.batch, k.seq, k.heads, k.dim));
 }
 
 flashattn::reference::ForwardValues Call::forward(flashattn::reference::Precision p) const {
@@ -92,7 +93,7 @@ flashattn::reference::BackwardValues Call::backward(flashattn::reference::Precis
 }
 
 const flashattn::BackwardArgs& Call::run_forward() {
-  flashattn::reference::forward(args_, flashattn::reference::Precision::fp64);
+  flashattn::reference::forward(forward_args_, flashattn::reference::Precision::fp64);
   return args_;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,11 +28,11 @@ struct Dense {
 };
 
 // Returns the dense values of a view.
-Dense dense_of(const flashattn::Tensor& t);
+Dense dense_of(const flashattn::ConstTensor& t);
 
 // Everything of a call but its tensors (owned copies of the host arrays).
 struct Options {
-  float scale = 0;
+  std::optional<float> scale;
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   float softcap = 0;
@@ -42,7 +43,7 @@ struct Options {
 };
 
 // Returns the options of a call with `sequences` sequences.
-Options options_of(const flashattn::ForwardArgs& a);
+Options options_of(const flashattn::AttentionArgs& a);
 
 // A call built from dense q, k, v, dout in one dtype (contiguous bshd storage it owns).
 class Call {
@@ -61,7 +62,8 @@ class Call {
   Options options_;
   std::vector<unsigned char> q_, k_, v_, out_, dout_, dq_, dk_, dv_;
   std::vector<float> lse_;
-  flashattn::BackwardArgs args_;
+  flashattn::ForwardArgs forward_args_;  // q, k, v, out, lse and the options
+  flashattn::BackwardArgs args_;         // the same views, out and lse as inputs, plus dout and gradients
 };
 
 // Returns "" if |a − b| ≤ tol·max(1, max|b|) elementwise (±inf must match exactly), else where not.

@@ -20,7 +20,7 @@ int64_t dense_row(const flashattn::Tensor& t, int64_t b, int64_t s, int64_t h) {
 
 // Reads the rows of view t that belong to the call's sequences (q rows, or k rows when `keys`) into
 // a dense array; elements outside every sequence take the oracle's value (they are not compared).
-std::vector<double> read_rows(const flashattn::ForwardArgs& a, const flashattn::Tensor& t, bool keys,
+std::vector<double> read_rows(const flashattn::AttentionArgs& a, const flashattn::Tensor& t, bool keys,
                               const std::vector<double>& oracle) {
   std::vector<double> r(oracle);
   for (int64_t s = 0; s < flashattn::num_sequences(a); ++s) {
@@ -56,7 +56,7 @@ std::string where_dense(const flashattn::Tensor& t, int64_t i) {
   return os.str();
 }
 
-std::string where_lse(const flashattn::ForwardArgs& a, int64_t i) {
+std::string where_lse(const flashattn::AttentionArgs& a, int64_t i) {
   std::ostringstream os;  // lse is [B, Hq, Nq] (varlen: [Hq, total rows])
   const int64_t n = a.q.seq, s = i % n, h = (i / n) % a.q.heads, b = i / (n * a.q.heads);
   os << "[b=" << b << ", h=" << h << ", s=" << s << "]";

@@ -13,7 +13,7 @@ namespace {
 
 // Copies rows [row0, row0 + rows) of head h of sequence batch b into a dense [rows x dim] array.
 template <class Acc>
-std::vector<Acc> gather(const Tensor& t, int64_t b, int64_t row0, int64_t rows, int64_t h) {
+std::vector<Acc> gather(const ConstTensor& t, int64_t b, int64_t row0, int64_t rows, int64_t h) {
   std::vector<Acc> r(static_cast<size_t>(rows * t.dim));
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t base = t.offset(b, row0 + i, h);
@@ -23,11 +23,11 @@ std::vector<Acc> gather(const Tensor& t, int64_t b, int64_t row0, int64_t rows, 
 }
 
 // Returns the index of (b, s, h, 0) in a dense array with t's sizes.
-int64_t dense_index(const Tensor& t, int64_t b, int64_t s, int64_t h) {
+int64_t dense_index(const ConstTensor& t, int64_t b, int64_t s, int64_t h) {
   return ((b * t.seq + s) * t.heads + h) * t.dim;
 }
 
-Head head_of(const ForwardArgs& a, const Sequence& seq, int64_t h) {
+Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h) {
   Head hd;
   hd.nq = seq.mask.seqlen_q;
   hd.nk = seq.mask.seqlen_k;
@@ -40,14 +40,14 @@ Head head_of(const ForwardArgs& a, const Sequence& seq, int64_t h) {
 }
 
 template <class Acc>
-detail::Rounding<Acc> rounding_for(const ForwardArgs& a, Precision p) {
+detail::Rounding<Acc> rounding_for(const AttentionArgs& a, Precision p) {
   const bool fp32 = p == Precision::fp32 || p == Precision::fp32_reversed;
   return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype,
           p == Precision::same_as_input_reversed || p == Precision::fp32_reversed, p == Precision::magnitude};
 }
 
 template <class Acc>
-ForwardValues forward_impl(const ForwardArgs& a, Precision p) {
+ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
   ForwardValues r;
   r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
   r.lse.assign(static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq), 0.0);
@@ -130,7 +130,7 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
 // Writes the rows of every sequence of a dense array into view t (rows outside every sequence,
 // possible with varlen, are left untouched). `rows_of` gives a sequence's (first row, row count).
 template <class RowsOf>
-void scatter(const ForwardArgs& a, const std::vector<double>& dense, const Tensor& t, RowsOf rows_of) {
+void scatter(const AttentionArgs& a, const std::vector<double>& dense, const Tensor& t, RowsOf rows_of) {
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
     const auto [row0, rows] = rows_of(seq);
@@ -147,7 +147,7 @@ std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_r
 
 }  // namespace
 
-ForwardValues forward_values(const ForwardArgs& a, Precision p) {
+ForwardValues forward_values(const AttentionArgs& a, Precision p) {
   validate(a);
   if (p == Precision::fp64_given_out || p == Precision::fp64_given) p = Precision::fp64;  // nothing is given
   return p == Precision::fp64 || p == Precision::magnitude ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
@@ -161,6 +161,7 @@ BackwardValues backward_values(const BackwardArgs& a, Precision p) {
 }
 
 void forward(const ForwardArgs& a, Precision p) {
+  validate(a);  // the outputs too: forward_values checks only what it reads
   const ForwardValues r = forward_values(a, p);
   scatter(a, r.out, a.out, q_rows);
   if (a.lse)

@@ -12,10 +12,12 @@ endif()
 
 # flashattn_cpu_kernels: doctest unit tests of the CPU backend's internal SIMD helpers, each run on
 # every compiled Highway target this machine supports (same flags as the library, so the same
-# HWY_TARGETS and dispatch-table layout).
+# HWY_TARGETS and dispatch-table layout), and of its shared non-SIMD internals (ParallelFor, scratch
+# layouts).
 if(TARGET flashattn::cpu)
   find_package(hwy 1.0.3 CONFIG REQUIRED)
-  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_simd.cpp)
+  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_simd.cpp
+                                     ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_internals.cpp)
   target_include_directories(flashattn_cpu_kernels PRIVATE ${PROJECT_SOURCE_DIR}/cpu ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(flashattn_cpu_kernels PRIVATE flashattn::cpu hwy::hwy doctest::doctest)
   target_compile_options(flashattn_cpu_kernels PRIVATE -Wall -Wextra)

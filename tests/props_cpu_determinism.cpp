@@ -96,19 +96,28 @@ namespace {
 
 // Arguments for a size-only query (workspace_bytes reads no tensor element): distinct, far apart
 // fake addresses so validation sees non-overlapping, aligned views. Never dereferenced.
+void* size_query_address(uintptr_t i) { return reinterpret_cast<void*>((uintptr_t{1} << 40) + (i << 36)); }
+
+flashattn::ForwardArgs forward_size_query(int64_t nq, int64_t nk, int64_t heads_q, int64_t heads_k, int64_t d,
+                                          flashattn::DType t) {
+  auto addr = size_query_address;
+  flashattn::ForwardArgs f;
+  f.q = flashattn::bshd(addr(0), t, 1, nq, heads_q, d);
+  f.k = flashattn::bshd(addr(1), t, 1, nk, heads_k, d);
+  f.v = flashattn::bshd(addr(2), t, 1, nk, heads_k, d);
+  f.out = flashattn::bshd(addr(3), t, 1, nq, heads_q, d);
+  f.lse = static_cast<float*>(addr(8));
+  return f;
+}
+
 flashattn::BackwardArgs size_query(int64_t nq, int64_t nk, int64_t heads_q, int64_t heads_k, int64_t d,
                                    flashattn::DType t) {
-  auto addr = [](uintptr_t i) { return reinterpret_cast<void*>((uintptr_t{1} << 40) + (i << 36)); };
-  flashattn::BackwardArgs a;
-  a.q = flashattn::bshd(addr(0), t, 1, nq, heads_q, d);
-  a.k = flashattn::bshd(addr(1), t, 1, nk, heads_k, d);
-  a.v = flashattn::bshd(addr(2), t, 1, nk, heads_k, d);
-  a.out = flashattn::bshd(addr(3), t, 1, nq, heads_q, d);
+  auto addr = size_query_address;
+  flashattn::BackwardArgs a = flashattn::backward_args(forward_size_query(nq, nk, heads_q, heads_k, d, t));
   a.dout = flashattn::bshd(addr(4), t, 1, nq, heads_q, d);
   a.dq = flashattn::bshd(addr(5), t, 1, nq, heads_q, d);
   a.dk = flashattn::bshd(addr(6), t, 1, nk, heads_k, d);
   a.dv = flashattn::bshd(addr(7), t, 1, nk, heads_k, d);
-  a.lse = static_cast<float*>(addr(8));
   return a;
 }
 
@@ -131,8 +140,7 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
           c.block_q = tiles.block_q;
           c.block_k = tiles.block_k;
           auto fwd = [&](int64_t nq, int64_t nk) {
-            return flashattn::cpu::workspace_bytes(
-                static_cast<const flashattn::ForwardArgs&>(size_query(nq, nk, 2 * group, 2, d, t)), c);
+            return flashattn::cpu::workspace_bytes(forward_size_query(nq, nk, 2 * group, 2, d, t), c);
           };
           auto bwd = [&](int64_t nq, int64_t nk) {
             return flashattn::cpu::workspace_bytes(size_query(nq, nk, 2 * group, 2, d, t), c);
@@ -144,15 +152,18 @@ TEST_CASE("cpu: workspace_bytes has no seqlen_q x seqlen_k term and stays small 
       }
     }
   }
-  // At N = 16384, d = 128 (one head, two threads, default tiles) the scratch is a small fraction
-  // of one N x N fp32 matrix (1 GiB): the forward holds one fp32 copy of a head's K and V per thread
-  // (bshd rows are strided), the backward the operands of one head's query rows per thread.
+  // At N = 16384, d = 128 (one f32 head, two threads, default config) the scratch is a small
+  // fraction of one N x N fp32 matrix (1 GiB): with one head the bshd rows are contiguous, so K and
+  // V are read in place and the forward holds only its tiles (~0.05 %); the backward holds per
+  // thread the P caches of one pass (4 query blocks) and the head's dK, dV accumulators (~6.4 %).
+  // Strided or 16-bit K/V add an fp32 head copy per thread (docs/cpu-design.md, "Memory").
   const int64_t n = 16384;
   const double matrix = static_cast<double>(n) * n * sizeof(float);
   Config c;
   c.threads = 2;
   const auto a = size_query(n, n, 1, 1, 128, flashattn::DType::f32);
-  const double fwd = static_cast<double>(flashattn::cpu::workspace_bytes(static_cast<const flashattn::ForwardArgs&>(a), c));
+  const double fwd =
+      static_cast<double>(flashattn::cpu::workspace_bytes(forward_size_query(n, n, 1, 1, 128, flashattn::DType::f32), c));
   const double bwd = static_cast<double>(flashattn::cpu::workspace_bytes(a, c));
   MESSAGE("N=16384 d=128: forward scratch " << fwd / matrix << ", backward " << bwd / matrix << " of an N x N matrix");
   CHECK(fwd < matrix / 20);

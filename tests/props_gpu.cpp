@@ -19,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -63,9 +64,8 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Returns a device layout for host view h: the same axis order (by stride), a gap of 16 bytes
 // after an axis wherever the host has a gap there, and every stride a multiple of 16 bytes.
-Tensor device_layout(const Tensor& h) {
-  Tensor d = h;
-  d.data = nullptr;
+Tensor device_layout(const flashattn::ConstTensor& h) {
+  Tensor d{nullptr, h.dtype, h.batch, h.seq, h.heads, h.dim, h.stride_batch, h.stride_seq, h.stride_head};
   const int64_t per = 16 / static_cast<int64_t>(flashattn::dtype_size(h.dtype));
   struct Axis {
     int64_t size, host_stride;
@@ -127,11 +127,12 @@ class DeviceBuffer {
 
 // A host tensor view mirrored on the device.
 struct DeviceTensor {
-  Tensor host, dev;
+  flashattn::ConstTensor host;  // the caller's buffer (written back by finish(true) for outputs)
+  Tensor dev;
   std::unique_ptr<DeviceBuffer> buffer;
 
   // Copies the view elements of h into a new device buffer.
-  DeviceTensor(const std::string& name, const Tensor& h) : host(h), dev(device_layout(h)) {
+  DeviceTensor(const std::string& name, const flashattn::ConstTensor& h) : host(h), dev(device_layout(h)) {
     const size_t es = flashattn::dtype_size(h.dtype);
     buffer = std::make_unique<DeviceBuffer>(name, static_cast<size_t>(span_elems(dev)) * es);
     for_rows([&](const unsigned char* hrow, size_t drow) { buffer->place(drow, hrow, h.dim * es); });
@@ -186,12 +187,12 @@ struct DeviceArray {
 struct DeviceArrays {
   DeviceArray<int32_t> cu_q, cu_k, seqlens_k;
   DeviceArray<float> alibi;
-  explicit DeviceArrays(const ForwardArgs& a)
+  explicit DeviceArrays(const flashattn::AttentionArgs& a)
       : cu_q("cu_seqlens_q", a.cu_seqlens_q, a.cu_seqlens_q ? a.varlen_batch + 1 : 0),
         cu_k("cu_seqlens_k", a.cu_seqlens_k, a.cu_seqlens_k ? a.varlen_batch + 1 : 0),
         seqlens_k("seqlens_k", a.seqlens_k, a.seqlens_k ? flashattn::num_sequences(a) : 0),
         alibi("alibi_slopes", a.alibi_slopes, alibi_count(a)) {}
-  void point(ForwardArgs& d) const {
+  void point(flashattn::AttentionArgs& d) const {
     d.cu_seqlens_q = cu_q.dev();
     d.cu_seqlens_k = cu_k.dev();
     d.seqlens_k = seqlens_k.dev();
@@ -203,7 +204,7 @@ struct DeviceArrays {
     seqlens_k.finish(false);
     alibi.finish(false);
   }
-  static size_t alibi_count(const ForwardArgs& a) {
+  static size_t alibi_count(const flashattn::AttentionArgs& a) {
     if (!a.alibi_slopes) return 0;
     const int64_t n = flashattn::num_sequences(a);
     if (a.alibi_batch_stride == 0) return static_cast<size_t>(a.q.heads);
@@ -211,7 +212,7 @@ struct DeviceArrays {
   }
 };
 
-size_t lse_count(const ForwardArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
+size_t lse_count(const flashattn::AttentionArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
 
 void gpu_forward(const ForwardArgs& a) {
   flashattn::validate(a);  // host arrays: the device copy below assumes a valid call
@@ -314,13 +315,11 @@ TEST_CASE("gpu rejects unsupported calls with a clear error before writing") {
   f32.out = flashattn::bshd(out.ptr, DType::f32, B, N / 2, H, d);
   CHECK(message(f32).find("dtype f32 is not supported") != std::string::npos);
   ForwardArgs dim40 = a;  // a valid view of the same buffers with 40-element rows
-  for (Tensor* t : {&dim40.q, &dim40.k, &dim40.v, &dim40.out}) t->dim = 40;
+  dim40.q.dim = dim40.k.dim = dim40.v.dim = dim40.out.dim = 40;
   CHECK(message(dim40).find("head dim 40 is not supported") != std::string::npos);
   ForwardArgs misaligned = a;  // rows 2 bytes apart from 16-byte alignment
-  for (Tensor* t : {&misaligned.q, &misaligned.k, &misaligned.v, &misaligned.out}) {
-    t->seq = N / 2;
-    t->stride_seq = H * d + 1;
-  }
+  misaligned.q.seq = misaligned.k.seq = misaligned.v.seq = misaligned.out.seq = N / 2;
+  misaligned.q.stride_seq = misaligned.k.stride_seq = misaligned.v.stride_seq = misaligned.out.stride_seq = H * d + 1;
   CHECK(message(misaligned).find("stride_seq (129) must be a multiple of 8") != std::string::npos);
   std::vector<uint16_t> host_q(B * N * H * d);
   ForwardArgs host = a;
@@ -337,18 +336,19 @@ TEST_CASE("gpu deterministic backward is bitwise repeatable at a large size") {
       dout(B * Nq * Hq * d, t, 15), dq(B * Nq * Hq * d, t, 16), dk(B * Nk * Hk * d, t, 17), dv(B * Nk * Hk * d, t, 18);
   float* lse = nullptr;
   cuda_ok(cudaMalloc(&lse, sizeof(float) * B * Hq * Nq), "cudaMalloc");
-  BackwardArgs a;
-  a.q = flashattn::bshd(q.ptr, t, B, Nq, Hq, d);
-  a.k = flashattn::bshd(k.ptr, t, B, Nk, Hk, d);
-  a.v = flashattn::bshd(v.ptr, t, B, Nk, Hk, d);
-  a.out = flashattn::bshd(out.ptr, t, B, Nq, Hq, d);
-  a.lse = lse;
-  a.causal = true;
+  ForwardArgs f;
+  f.q = flashattn::bshd(q.ptr, t, B, Nq, Hq, d);
+  f.k = flashattn::bshd(k.ptr, t, B, Nk, Hk, d);
+  f.v = flashattn::bshd(v.ptr, t, B, Nk, Hk, d);
+  f.out = flashattn::bshd(out.ptr, t, B, Nq, Hq, d);
+  f.lse = lse;
+  f.causal = true;
+  BackwardArgs a = flashattn::backward_args(f);
   a.dout = flashattn::bshd(dout.ptr, t, B, Nq, Hq, d);
   a.dq = flashattn::bshd(dq.ptr, t, B, Nq, Hq, d);
   a.dk = flashattn::bshd(dk.ptr, t, B, Nk, Hk, d);
   a.dv = flashattn::bshd(dv.ptr, t, B, Nk, Hk, d);
-  flashattn::gpu::forward(a);
+  flashattn::gpu::forward(f);
   std::vector<uint16_t> ref_dq, ref_dk, ref_dv;
   constexpr int kRepeats = 5;
   for (int r = 0; r < kRepeats; ++r) {
@@ -439,29 +439,30 @@ TEST_CASE("gpu agrees with the cpu backend at sizes the oracle is slow for") {
 
     auto args = [&](void* pq, void* pk, void* pv, void* po, float* plse, void* pdo, void* pdq, void* pdk, void* pdv,
                     const float* pslopes) {
-      BackwardArgs a;
-      a.q = flashattn::bshd(pq, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
-      a.k = flashattn::bshd(pk, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
-      a.v = flashattn::bshd(pv, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
-      a.out = flashattn::bshd(po, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
-      a.lse = plse;
-      a.causal = c.causal;
-      a.window_left = c.window_left, a.window_right = c.window_right;
-      a.softcap = c.softcap;
-      a.alibi_slopes = c.alibi ? pslopes : nullptr;
+      ForwardArgs f;
+      f.q = flashattn::bshd(pq, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
+      f.k = flashattn::bshd(pk, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
+      f.v = flashattn::bshd(pv, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
+      f.out = flashattn::bshd(po, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
+      f.lse = plse;
+      f.causal = c.causal;
+      f.window_left = c.window_left, f.window_right = c.window_right;
+      f.softcap = c.softcap;
+      f.alibi_slopes = c.alibi ? pslopes : nullptr;
+      BackwardArgs a = flashattn::backward_args(f);
       a.dout = flashattn::bshd(pdo, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
       a.dq = flashattn::bshd(pdq, t, c.batch, c.seqlen_q, c.heads_q, c.dim);
       a.dk = flashattn::bshd(pdk, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
       a.dv = flashattn::bshd(pdv, t, c.batch, c.seqlen_k, c.heads_k, c.dim);
-      return a;
+      return std::make_pair(f, a);
     };
-    const BackwardArgs host = args(hq.data(), hk.data(), hv.data(), hout.data(), hlse.data(), hdout.data(), hdq.data(),
-                                   hdk.data(), hdv.data(), slopes.data());
-    const BackwardArgs dev = args(q.ptr, k.ptr, v.ptr, out.ptr, dlse, dout.ptr, dq.ptr, dk.ptr, dv.ptr, dslopes);
+    const auto [host_f, host] = args(hq.data(), hk.data(), hv.data(), hout.data(), hlse.data(), hdout.data(),
+                                     hdq.data(), hdk.data(), hdv.data(), slopes.data());
+    const auto [dev_f, dev] = args(q.ptr, k.ptr, v.ptr, out.ptr, dlse, dout.ptr, dq.ptr, dk.ptr, dv.ptr, dslopes);
     const double bound = 16 * flashattn::unit_roundoff(t);
 
-    flashattn::cpu::forward(host);
-    flashattn::gpu::forward(dev);
+    flashattn::cpu::forward(host_f);
+    flashattn::gpu::forward(dev_f);
     cuda_ok(cudaDeviceSynchronize(), "forward");
     CHECK(relative_max_error(out.read(), hout, t) <= bound);
     std::vector<float> glse(nlse);

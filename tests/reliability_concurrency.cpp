@@ -24,23 +24,23 @@ constexpr int kRounds = 3;  // calls per thread, so calls overlap with others' f
 
 struct Pass {
   const char* name;
-  std::function<void(const BackwardArgs&)> run;  // forward then backward into the args' outputs
+  std::function<void(const ForwardArgs&, const BackwardArgs&)> run;  // forward, then backward (same buffers)
 };
 
 std::vector<Pass> passes() {
-  std::vector<Pass> r = {{"reference", [](const BackwardArgs& a) {
-                            reference::forward(a);
+  std::vector<Pass> r = {{"reference", [](const ForwardArgs& f, const BackwardArgs& a) {
+                            reference::forward(f);
                             reference::backward(a);
                           }}};
 #ifdef FLASHATTN_RELIABILITY_CPU
-  r.push_back({"cpu", [](const BackwardArgs& a) {
-                 cpu::forward(a);
+  r.push_back({"cpu", [](const ForwardArgs& f, const BackwardArgs& a) {
+                 cpu::forward(f);
                  cpu::backward(a);
                }});
-  r.push_back({"cpu, 1 OpenMP thread per call", [](const BackwardArgs& a) {
+  r.push_back({"cpu, 1 OpenMP thread per call", [](const ForwardArgs& f, const BackwardArgs& a) {
                  cpu::Config c;
                  c.threads = 1;
-                 cpu::forward(a, c);
+                 cpu::forward(f, c);
                  cpu::backward(a, c);
                }});
 #endif
@@ -67,7 +67,7 @@ TEST_CASE("threads calling forward and backward on different problems match sequ
     std::vector<std::vector<unsigned char>> expected;
     for (int t = 0; t < kThreads; ++t) {
       Problem p(shape_of(t), 100 + t);
-      pass.run(p.backward_args(options_of(t)));
+      pass.run(p.forward_args(options_of(t)), p.backward_args(options_of(t)));
       expected.push_back(p.output_bytes());
     }
     std::vector<std::unique_ptr<Problem>> problems;
@@ -80,7 +80,7 @@ TEST_CASE("threads calling forward and backward on different problems match sequ
         ready.fetch_add(1);
         while (ready.load() < kThreads) std::this_thread::yield();  // start together
         for (int r = 0; r < kRounds; ++r) {
-          pass.run(problems[t]->backward_args(options_of(t)));
+          pass.run(problems[t]->forward_args(options_of(t)), problems[t]->backward_args(options_of(t)));
           got[t].push_back(problems[t]->output_bytes());
         }
       });
@@ -101,7 +101,7 @@ TEST_CASE("threads sharing one read-only input with separate outputs match a seq
     Problem reference_run(s, 7);
     ForwardArgs opt;
     opt.causal = true;
-    pass.run(reference_run.backward_args(opt));
+    pass.run(reference_run.forward_args(opt), reference_run.backward_args(opt));
     const auto expected = reference_run.output_bytes();
     // One problem holds the shared inputs; each thread writes into its own problem's outputs.
     Problem shared(s, 7);
@@ -111,13 +111,14 @@ TEST_CASE("threads sharing one read-only input with separate outputs match a seq
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t)
       threads.emplace_back([&, t] {
+        ForwardArgs f = mine[t]->forward_args(opt);
         BackwardArgs a = mine[t]->backward_args(opt);
         const BackwardArgs in = shared.backward_args(opt);
-        a.q = in.q;
-        a.k = in.k;
-        a.v = in.v;
+        f.q = a.q = in.q;
+        f.k = a.k = in.k;
+        f.v = a.v = in.v;
         a.dout = in.dout;
-        for (int r = 0; r < kRounds; ++r) pass.run(a);
+        for (int r = 0; r < kRounds; ++r) pass.run(f, a);
       });
     for (std::thread& th : threads) th.join();
     for (int t = 0; t < kThreads; ++t) CHECK(mine[t]->output_bytes() == expected);

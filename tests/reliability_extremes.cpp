@@ -68,7 +68,7 @@ void check_against_oracle(Problem& p, const ForwardArgs& opt, bool backward) {
     impl.forward(fa);
     CHECK(check_forward(fa) == "");
     if (!backward) continue;
-    reference::forward(ba);
+    reference::forward(fa);
     impl.backward(ba);
     CHECK(check_backward(ba) == "");
   }
@@ -145,9 +145,8 @@ void check_contained(const Impl& impl, const Shape& s, const ForwardArgs& opt, W
   Problem clean(s, 11), poisoned(s, 11);
   poisoned.set(w, b0, s0, h0, 0, value);
   for (Problem* p : {&clean, &poisoned}) {
-    const BackwardArgs a = p->backward_args(opt);
-    impl.forward(a);
-    impl.backward(a);
+    impl.forward(p->forward_args(opt));
+    impl.backward(p->backward_args(opt));
   }
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.hq; ++h)
@@ -242,9 +241,8 @@ TEST_CASE("cpu: a NaN in q, k or v makes every row that reads it NaN (never a si
 
 // Runs forward and backward on p and returns every output's bytes (out, lse, dq, dk, dv).
 std::vector<unsigned char> run_outputs(const Impl& impl, Problem& p, const ForwardArgs& opt) {
-  const BackwardArgs a = p.backward_args(opt);
-  impl.forward(a);
-  impl.backward(a);
+  impl.forward(p.forward_args(opt));
+  impl.backward(p.backward_args(opt));
   return p.output_bytes();
 }
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -54,6 +55,14 @@ void fill(std::vector<uint16_t>& buf, uint32_t seed) {
   }
 }
 
+// Returns view t with its base pointer moved by `elements` 16-bit elements (Tensor or ConstTensor).
+template <class View>
+View advanced(View t, int64_t elements) {
+  using Element = std::conditional_t<std::is_same_v<View, ConstTensor>, const uint16_t, uint16_t>;
+  t.data = static_cast<Element*>(t.data) + elements;
+  return t;
+}
+
 int run() {
   const auto t_all = std::chrono::steady_clock::now();
   const size_t nq_el = static_cast<size_t>(kBatch * kNq * kHq * kD), nk_el = static_cast<size_t>(kBatch * kNk * kHk * kD);
@@ -68,12 +77,13 @@ int run() {
   fill(k, 2);
   fill(v, 3);
   fill(dout_row, 4);
-  BackwardArgs a;
-  a.q = bshd(q.data(), kType, kBatch, kNq, kHq, kD);
-  a.k = bshd(k.data(), kType, kBatch, kNk, kHk, kD);
-  a.v = bshd(v.data(), kType, kBatch, kNk, kHk, kD);
-  a.out = bshd(out.data(), kType, kBatch, kNq, kHq, kD);
-  a.lse = lse.data();
+  ForwardArgs f;
+  f.q = bshd(q.data(), kType, kBatch, kNq, kHq, kD);
+  f.k = bshd(k.data(), kType, kBatch, kNk, kHk, kD);
+  f.v = bshd(v.data(), kType, kBatch, kNk, kHk, kD);
+  f.out = bshd(out.data(), kType, kBatch, kNq, kHq, kD);
+  f.lse = lse.data();
+  BackwardArgs a = backward_args(f);
   // dout: one row broadcast to every query (stride 0 over batch and rows), so it costs no memory.
   a.dout = bshd(dout_row.data(), kType, kBatch, kNq, kHq, kD);
   a.dout.stride_batch = a.dout.stride_seq = 0;
@@ -82,9 +92,8 @@ int run() {
   a.dv = bshd(dv.data(), kType, kBatch, kNk, kHk, kD);
 
   auto t0 = std::chrono::steady_clock::now();
-  cpu::forward(a);
-  std::printf("huge: cpu forward %.1f s (workspace_bytes %zu)\n", seconds_since(t0),
-              cpu::workspace_bytes(static_cast<const ForwardArgs&>(a)));
+  cpu::forward(f);
+  std::printf("huge: cpu forward %.1f s (workspace_bytes %zu)\n", seconds_since(t0), cpu::workspace_bytes(f));
   // The backward needs dq (as large as q) and the CPU backend's workspace; run it only where the
   // machine has the memory, and say so when it does not.
   const size_t bwd_workspace = cpu::workspace_bytes(a);
@@ -105,8 +114,8 @@ int run() {
   // its position, so the sub-problem's rows are the full problem's rows.
   const int64_t first = 3, step = (kNq - 1 - first) / (kSamples - 1);
   BackwardArgs s = a;
-  auto sample = [&](Tensor t, int64_t row0) {
-    t.data = static_cast<uint16_t*>(t.data) + row0 * t.stride_seq;
+  auto sample = [&](auto t, int64_t row0) {
+    t = advanced(t, row0 * t.stride_seq);
     t.seq = kSamples;
     t.stride_seq *= step;
     return t;
@@ -122,14 +131,18 @@ int run() {
     for (int64_t h = 0; h < kHq; ++h)
       for (int64_t r = 0; r < kSamples; ++r)
         s_lse[static_cast<size_t>((b * kHq + h) * kSamples + r)] = lse[static_cast<size_t>((b * kHq + h) * kNq + first + r * step)];
-  s.out = sample(a.out, first);
-  s.lse = s_lse.data();
+  ForwardArgs sf;  // the forward of the sampled rows: the CPU's own out (a strided view) and lse
+  static_cast<AttentionArgs&>(sf) = s;
+  sf.out = sample(f.out, first);
+  sf.lse = s_lse.data();
+  s.out = sf.out;
+  s.lse = sf.lse;
   std::vector<uint16_t> s_dk(nk_el), s_dv(nk_el);  // not judged: a sub-problem's dk, dv differ
   s.dq = sample(a.dq, first);
   s.dk = bshd(s_dk.data(), kType, kBatch, kNk, kHk, kD);
   s.dv = bshd(s_dv.data(), kType, kBatch, kNk, kHk, kD);
   t0 = std::chrono::steady_clock::now();
-  const props::Judgement fwd = props::judge_forward(s);
+  const props::Judgement fwd = props::judge_forward(sf);
   const props::Judgement bwd = backward ? props::judge_backward(s) : props::Judgement{};
   std::printf("huge: oracle on %lld sampled rows %.1f s\n", (long long)(kBatch * kSamples), seconds_since(t0));
   const std::string out_check = fwd.find("out")->message();
@@ -151,14 +164,14 @@ int run() {
     for (int64_t r0 = 0; r0 < kNq; r0 += kChunk) {
       const int64_t rows = std::min(kChunk, kNq - r0);
       BackwardArgs c = a;
-      auto rows_of = [&](Tensor t) {
-        t.data = static_cast<uint16_t*>(t.data) + b * t.stride_batch + r0 * t.stride_seq;
+      auto rows_of = [&](auto t) {
+        t = advanced(t, b * t.stride_batch + r0 * t.stride_seq);
         t.batch = 1;
         t.seq = rows;
         return t;
       };
-      auto one = [&](Tensor t) {
-        t.data = static_cast<uint16_t*>(t.data) + b * t.stride_batch;
+      auto one = [&](auto t) {
+        t = advanced(t, b * t.stride_batch);
         t.batch = 1;
         return t;
       };

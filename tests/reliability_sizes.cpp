@@ -86,7 +86,7 @@ void check_cpu(Problem& p, const ForwardArgs& opt) {
       CAPTURE(cfg.block_k);
       cpu::forward(fa, cfg);
       CHECK(check_forward(fa) == "");
-      reference::forward(ba);  // the oracle's out and lse, as the backward expects them
+      reference::forward(fa);  // the oracle's out and lse, as the backward expects them
       cpu::backward(ba, cfg);
       CHECK(check_backward(ba) == "");
     }
@@ -164,7 +164,7 @@ void check_varlen(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk
   const int64_t hq = 4, hk = 2, d = 8;
   Problem packed(lq, lk, hq, hk, d, t, 60);
   const BackwardArgs pa = packed.backward_args(opt);
-  reference::forward(pa);
+  reference::forward(packed.forward_args(opt));
   const auto packed_grads = reference::backward_values(pa);
   for (size_t s = 0; s < lq.size(); ++s) {
     CAPTURE(s);
@@ -178,7 +178,7 @@ void check_varlen(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk
           for (int64_t x = 0; x < d; ++x) one.set(w, 0, i, h, x, packed.get(w, 0, start + i, h, x));
     }
     const BackwardArgs oa = one.backward_args(opt);
-    reference::forward(oa);
+    reference::forward(one.forward_args(opt));
     const auto one_grads = reference::backward_values(oa);
     for (int64_t i = 0; i < lq[s]; ++i)
       for (int64_t h = 0; h < hq; ++h) {

@@ -117,8 +117,7 @@ ForwardArgs Problem::forward_args(const ForwardArgs& options) {
 }
 
 BackwardArgs Problem::backward_args(const ForwardArgs& options) {
-  BackwardArgs a;
-  static_cast<ForwardArgs&>(a) = forward_args(options);
+  BackwardArgs a = flashattn::backward_args(forward_args(options));
   a.dout = view(Which::dout);
   a.dq = view(Which::dq);
   a.dk = view(Which::dk);
@@ -126,7 +125,7 @@ BackwardArgs Problem::backward_args(const ForwardArgs& options) {
   return a;
 }
 
-std::vector<double> read_dense(const Tensor& t) {
+std::vector<double> read_dense(const ConstTensor& t) {
   std::vector<double> r;
   r.reserve(static_cast<size_t>(t.batch * t.seq * t.heads * t.dim));
   for (int64_t b = 0; b < t.batch; ++b)

@@ -54,7 +54,7 @@ class Problem {
 };
 
 // Returns every element of view t as double, dense in [batch, seq, heads, dim] order.
-std::vector<double> read_dense(const Tensor& t);
+std::vector<double> read_dense(const ConstTensor& t);
 
 // Judges an implementation's results against the fp64 oracle by the tolerance rule every test
 // uses (props/tolerance.hpp, docs/semantics.md "How the tests judge a backend"): forward, a.out and

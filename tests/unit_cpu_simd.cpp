@@ -3,7 +3,10 @@
 //   fp64 exp: the error bound its comment states, on a sample of every float of its range, and its
 //   results outside the range (0 below, +∞ above, NaN kept);
 // - Transpose (cpu/transpose-inl.h), which moves rows in and out of the transposed tiles: every
-//   element lands where it should, and nothing is written past the requested columns.
+//   element lands where it should, and nothing is written past the requested columns;
+// - Gemm (cpu/gemm-inl.h), every tile product: C (+)= A·B with A row-major and Transposed, both
+//   accumulation modes, the column max, fp32 and fp64 outputs, over shapes crossing the register
+//   blocks (integer-valued inputs, so every sum is exact and must match the naive product).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,9 +17,11 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "unit_cpu_simd.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 
 #include "exp-inl.h"
+#include "gemm-inl.h"
 #include "transpose-inl.h"
 
 // Defined once (this file is compiled once per target).
@@ -123,6 +128,71 @@ int64_t CheckTranspose() {
   return wrong;
 }
 
+
+// Returns how many outputs of Gemm differ from the naive product, over shapes crossing the register
+// blocks (rows 1..13, inner 0..9, 1..9 vectors), with A given row-major and as Transposed(Aᵀ),
+// Accumulate::no and yes, with and without col_max, for C of lane type T (fp32, or fp64 scores).
+template <typename T>
+int64_t CheckGemmOf() {
+  const hn::ScalableTag<T> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  using ::flashattn::cpu::detail::Accumulate;
+  using ::flashattn::cpu::detail::ConstMatrix;
+  using ::flashattn::cpu::detail::Matrix;
+  using ::flashattn::cpu::detail::Transposed;
+  int64_t wrong = 0;
+  for (const int64_t na : {1, 5, 7, 13}) {
+    for (const int64_t nb : {0, 1, 9}) {
+      for (const int64_t nv : {1, 2, 3, 5, 9}) {
+        const int64_t W = nv * L, ldb = W + L, ldc = W + 2 * L, lda = nb + 3, ldat = na + 2;
+        auto a = hwy::AllocateAligned<float>(static_cast<size_t>(na * lda));    // A [na x nb]
+        auto at = hwy::AllocateAligned<float>(static_cast<size_t>((nb + 1) * ldat));  // Aᵀ [nb x na]
+        auto b = hwy::AllocateAligned<float>(static_cast<size_t>((nb + 1) * ldb));
+        auto c = hwy::AllocateAligned<T>(static_cast<size_t>(na * ldc));
+        auto col_max = hwy::AllocateAligned<T>(static_cast<size_t>(W));
+        for (int64_t i = 0; i < na; ++i) {
+          for (int64_t k = 0; k < nb; ++k) {
+            a[i * lda + k] = at[k * ldat + i] = static_cast<float>((i * 7 + k * 3) % 11 - 5);
+          }
+        }
+        for (int64_t k = 0; k < nb; ++k) {
+          for (int64_t j = 0; j < W; ++j) b[k * ldb + j] = static_cast<float>((k * 5 + j) % 9 - 4);
+        }
+        for (int mode = 0; mode < 8; ++mode) {
+          const bool transposed = mode & 1, accumulate = mode & 2, with_max = mode & 4;
+          const auto init = [&](int64_t i, int64_t j) { return static_cast<T>((i + 2 * j) % 7 - 3); };
+          for (int64_t i = 0; i < na; ++i) {
+            for (int64_t j = 0; j < W; ++j) c[i * ldc + j] = init(i, j);
+          }
+          for (int64_t j = 0; j < W; ++j) col_max[j] = static_cast<T>(j % 5 == 0 ? 1000 : -1000);
+          const Matrix<T> cm{c.get(), na, W, ldc};
+          const ConstMatrix bm{b.get(), nb, W, ldb};
+          const Accumulate acc = accumulate ? Accumulate::yes : Accumulate::no;
+          T* cmax = with_max ? col_max.get() : nullptr;
+          if (transposed) {
+            fc::Gemm(d, cm, Transposed(ConstMatrix{at.get(), nb, na, ldat}), bm, acc, cmax);
+          } else {
+            fc::Gemm(d, cm, ConstMatrix{a.get(), na, nb, lda}, bm, acc, cmax);
+          }
+          for (int64_t j = 0; j < W; ++j) {
+            T want_max = static_cast<T>(j % 5 == 0 ? 1000 : -1000);
+            for (int64_t i = 0; i < na; ++i) {
+              T want = accumulate ? init(i, j) : T{0};
+              for (int64_t k = 0; k < nb; ++k) want += static_cast<T>(a[i * lda + k]) * static_cast<T>(b[k * ldb + j]);
+              wrong += c[i * ldc + j] == want ? 0 : 1;
+              want_max = std::max(want_max, want);
+            }
+            if (with_max) wrong += col_max[j] == want_max ? 0 : 1;
+          }
+        }
+      }
+    }
+  }
+  return wrong;
+}
+
+int64_t CheckGemm() { return CheckGemmOf<float>() + CheckGemmOf<double>(); }
+
 }  // namespace flashattn_test::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -152,6 +222,15 @@ TEST_CASE("cpu Transpose: every element in place, nothing past the requested col
   for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
     INFO("target ", t.name);
     CHECK(HWY_DISPATCH_TABLE(CheckTranspose)[flashattn::cpu::detail::dispatch_index(t.bit)]() == 0);
+  }
+}
+
+HWY_EXPORT(CheckGemm);
+
+TEST_CASE("cpu Gemm: C (+)= A·B exact for A row-major and Transposed, both accumulation modes, col_max, fp32 and fp64, on every target") {
+  for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
+    INFO("target ", t.name);
+    CHECK(HWY_DISPATCH_TABLE(CheckGemm)[flashattn::cpu::detail::dispatch_index(t.bit)]() == 0);
   }
 }
 

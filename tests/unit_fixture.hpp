@@ -57,7 +57,7 @@ struct Fixture {
     fwd.v = bshd(v.data(), s.dtype, s.batch, s.nk, s.hk, s.d);
     fwd.out = bshd(out.data(), s.dtype, s.batch, s.nq, s.hq, s.d);
     fwd.lse = lse.data();
-    static_cast<flashattn::ForwardArgs&>(bwd) = fwd;
+    bwd = flashattn::backward_args(fwd);
     bwd.dout = bshd(dout.data(), s.dtype, s.batch, s.nq, s.hq, s.d);
     bwd.dq = bshd(dq.data(), s.dtype, s.batch, s.nq, s.hq, s.d);
     bwd.dk = bshd(dk.data(), s.dtype, s.batch, s.nk, s.hk, s.d);

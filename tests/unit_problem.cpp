@@ -101,6 +101,10 @@ TEST_CASE("problem: effective scale and ALiBi slopes") {
   CHECK(flashattn::effective_scale(a) == static_cast<float>(1.0 / std::sqrt(3.0)));
   a.scale = -0.5f;
   CHECK(flashattn::effective_scale(a) == -0.5f);
+  a.scale = 0.0f;  // an explicit zero is a zero scale, not the default
+  CHECK(flashattn::effective_scale(a) == 0.0f);
+  a.scale.reset();
+  CHECK(flashattn::effective_scale(a) == static_cast<float>(1.0 / std::sqrt(3.0)));
   CHECK(flashattn::alibi_slope(a, 1, 2) == 0.0f);
   const std::vector<float> slopes = {1, 2, 3, 4, 5, 6};
   a.alibi_slopes = slopes.data();

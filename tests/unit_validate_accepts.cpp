@@ -28,7 +28,7 @@ std::vector<float> values(int64_t n, uint32_t seed) {
 }
 
 // Copies view t (f32) into a dense bshd vector.
-std::vector<float> dense(const Tensor& t) {
+std::vector<float> dense(const flashattn::ConstTensor& t) {
   std::vector<float> r;
   for (int64_t b = 0; b < t.batch; ++b)
     for (int64_t s = 0; s < t.seq; ++s)
@@ -42,7 +42,7 @@ struct Results {
   std::vector<float> out, lse, dq, dk, dv;
 };
 
-Results run_contiguous(const flashattn::BackwardArgs& a) {
+Results run_contiguous(const flashattn::BackwardArgs& a) {  // a: the backward; its forward shares the views
   auto q = dense(a.q), k = dense(a.k), v = dense(a.v), dout = dense(a.dout);
   Results r;
   r.out.resize(q.size());
@@ -50,25 +50,28 @@ Results run_contiguous(const flashattn::BackwardArgs& a) {
   r.dq.resize(q.size());
   r.dk.resize(k.size());
   r.dv.resize(k.size());
-  flashattn::BackwardArgs c = a;
-  c.q = bshd(q.data(), DType::f32, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
-  c.k = bshd(k.data(), DType::f32, a.k.batch, a.k.seq, a.k.heads, a.k.dim);
-  c.v = bshd(v.data(), DType::f32, a.v.batch, a.v.seq, a.v.heads, a.v.dim);
-  c.out = bshd(r.out.data(), DType::f32, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
-  c.lse = r.lse.data();
+  flashattn::ForwardArgs f;
+  static_cast<flashattn::AttentionArgs&>(f) = a;
+  f.q = bshd(q.data(), DType::f32, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
+  f.k = bshd(k.data(), DType::f32, a.k.batch, a.k.seq, a.k.heads, a.k.dim);
+  f.v = bshd(v.data(), DType::f32, a.v.batch, a.v.seq, a.v.heads, a.v.dim);
+  f.out = bshd(r.out.data(), DType::f32, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
+  f.lse = r.lse.data();
+  flashattn::BackwardArgs c = flashattn::backward_args(f);
   c.dout = bshd(dout.data(), DType::f32, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
   c.dq = bshd(r.dq.data(), DType::f32, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
   c.dk = bshd(r.dk.data(), DType::f32, a.k.batch, a.k.seq, a.k.heads, a.k.dim);
   c.dv = bshd(r.dv.data(), DType::f32, a.k.batch, a.k.seq, a.k.heads, a.k.dim);
-  flashattn::reference::forward(c);
+  flashattn::reference::forward(f);
   flashattn::reference::backward(c);
   return r;
 }
 
-// Runs forward and backward on the views of `a` and checks them against contiguous copies.
-void check_same_as_contiguous(const flashattn::BackwardArgs& a) {
+// Runs the forward `f` and the backward `a` (over f's out and lse) on their views and checks them
+// against contiguous copies.
+void check_same_as_contiguous(const flashattn::ForwardArgs& f, const flashattn::BackwardArgs& a) {
   const Results want = run_contiguous(a);
-  REQUIRE_NOTHROW(flashattn::reference::forward(a));
+  REQUIRE_NOTHROW(flashattn::reference::forward(f));
   REQUIRE_NOTHROW(flashattn::reference::backward(a));
   CHECK(dense(a.out) == want.out);
   CHECK(std::vector<float>(a.lse, a.lse + want.lse.size()) == want.lse);
@@ -86,20 +89,21 @@ TEST_CASE("accepts: packed qkv and dqkv as interleaved views of one buffer") {
   auto slot = [&](std::vector<float>& buf, int which) {
     return Tensor{buf.data() + which * H * d, DType::f32, B, N, H, d, N * row, row, d};
   };
-  flashattn::BackwardArgs a;
-  a.q = slot(qkv, 0);
-  a.k = slot(qkv, 1);
-  a.v = slot(qkv, 2);
-  a.out = bshd(out.data(), DType::f32, B, N, H, d);
-  a.lse = lse.data();
-  a.causal = true;
+  flashattn::ForwardArgs f;
+  f.q = slot(qkv, 0);
+  f.k = slot(qkv, 1);
+  f.v = slot(qkv, 2);
+  f.out = bshd(out.data(), DType::f32, B, N, H, d);
+  f.lse = lse.data();
+  f.causal = true;
+  flashattn::BackwardArgs a = flashattn::backward_args(f);
   a.dout = bshd(dout.data(), DType::f32, B, N, H, d);
   a.dq = slot(dqkv, 0);
   a.dk = slot(dqkv, 1);
   a.dv = slot(dqkv, 2);
-  CHECK_NOTHROW(flashattn::validate(static_cast<const flashattn::ForwardArgs&>(a)));
+  CHECK_NOTHROW(flashattn::validate(f));
   CHECK_NOTHROW(flashattn::validate(a));
-  check_same_as_contiguous(a);
+  check_same_as_contiguous(f, a);
 }
 
 TEST_CASE("accepts: stride-0 broadcast inputs and bhsd and padded layouts") {
@@ -107,20 +111,21 @@ TEST_CASE("accepts: stride-0 broadcast inputs and bhsd and padded layouts") {
   std::vector<float> q = values(Nq * Hq * d, 3), k = values(Nk * Hk * d, 4), v = values(B * Nk * Hk * d * 2, 5);
   std::vector<float> out(B * Nq * Hq * d), lse(B * Hq * Nq), dout = values(B * Nq * Hq * d, 6);
   std::vector<float> dq(B * Nq * Hq * d * 2), dk(B * Nk * Hk * d), dv(B * Nk * Hk * d);
-  flashattn::BackwardArgs a;
-  a.q = bshd(q.data(), DType::f32, B, Nq, Hq, d);
-  a.q.stride_batch = 0;                       // every batch reads the same queries
-  a.k = Tensor{k.data(), DType::f32, B, Nk, Hk, d, 0, d, 0};  // one key row for all heads, all batches
-  a.v = Tensor{v.data(), DType::f32, B, Nk, Hk, d, Nk * Hk * d * 2, Hk * d * 2, d + 1};  // padded
-  a.out = flashattn::bhsd(out.data(), DType::f32, B, Nq, Hq, d);
-  a.lse = lse.data();
-  a.window_left = 1;
+  flashattn::ForwardArgs f;
+  f.q = bshd(q.data(), DType::f32, B, Nq, Hq, d);
+  f.q.stride_batch = 0;                       // every batch reads the same queries
+  f.k = Tensor{k.data(), DType::f32, B, Nk, Hk, d, 0, d, 0};  // one key row for all heads, all batches
+  f.v = Tensor{v.data(), DType::f32, B, Nk, Hk, d, Nk * Hk * d * 2, Hk * d * 2, d + 1};  // padded
+  f.out = flashattn::bhsd(out.data(), DType::f32, B, Nq, Hq, d);
+  f.lse = lse.data();
+  f.window_left = 1;
+  flashattn::BackwardArgs a = flashattn::backward_args(f);
   a.dout = bshd(dout.data(), DType::f32, B, Nq, Hq, d);
   a.dq = Tensor{dq.data(), DType::f32, B, Nq, Hq, d, Nq * Hq * d * 2, Hq * d * 2, d};  // padded rows
   a.dk = flashattn::bhsd(dk.data(), DType::f32, B, Nk, Hk, d);
   a.dv = bshd(dv.data(), DType::f32, B, Nk, Hk, d);
   CHECK_NOTHROW(flashattn::validate(a));
-  check_same_as_contiguous(a);
+  check_same_as_contiguous(f, a);
 }
 
 TEST_CASE("accepts: empty sequences") {
@@ -136,14 +141,15 @@ TEST_CASE("accepts: empty sequences") {
   SUBCASE("no keys: out = 0, lse = -inf, zero gradients") {
     std::vector<float> q = values(2 * 3 * 2 * 4, 9), dout = values(q.size(), 10), out(q.size(), 7.0f);
     std::vector<float> lse(2 * 2 * 3, 7.0f), dq(q.size(), 7.0f);
-    flashattn::BackwardArgs a;
-    a.q = bshd(q.data(), DType::f32, 2, 3, 2, 4);
-    a.k = bshd(nullptr, DType::f32, 2, 0, 1, 4);
-    a.v = bshd(nullptr, DType::f32, 2, 0, 1, 4);
-    a.out = bshd(out.data(), DType::f32, 2, 3, 2, 4);
-    a.lse = lse.data();
-    a.causal = true;
-    REQUIRE_NOTHROW(flashattn::reference::forward(a));
+    flashattn::ForwardArgs f;
+    f.q = bshd(q.data(), DType::f32, 2, 3, 2, 4);
+    f.k = bshd(nullptr, DType::f32, 2, 0, 1, 4);
+    f.v = bshd(nullptr, DType::f32, 2, 0, 1, 4);
+    f.out = bshd(out.data(), DType::f32, 2, 3, 2, 4);
+    f.lse = lse.data();
+    f.causal = true;
+    REQUIRE_NOTHROW(flashattn::reference::forward(f));
+    flashattn::BackwardArgs a = flashattn::backward_args(f);
     for (float o : out) CHECK(o == 0.0f);
     for (float l : lse) CHECK(l == kNegInf);
     a.dout = bshd(dout.data(), DType::f32, 2, 3, 2, 4);
@@ -166,7 +172,8 @@ TEST_CASE("accepts: empty sequences") {
   }
   SUBCASE("batch 0") {
     flashattn::ForwardArgs a;
-    a.q = a.out = bshd(nullptr, DType::bf16, 0, 3, 2, 4);
+    a.out = bshd(nullptr, DType::bf16, 0, 3, 2, 4);
+    a.q = a.out;
     a.k = a.v = bshd(nullptr, DType::bf16, 0, 3, 2, 4);
     CHECK_NOTHROW(flashattn::reference::forward(a));
   }

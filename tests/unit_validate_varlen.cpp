@@ -17,7 +17,7 @@ struct Varlen : Fixture {
     fwd.cu_seqlens_q = cu_q.data();
     fwd.cu_seqlens_k = cu_k.data();
     fwd.varlen_batch = 2;
-    static_cast<flashattn::ForwardArgs&>(bwd) = fwd;
+    static_cast<flashattn::AttentionArgs&>(bwd) = fwd;
   }
 };
 

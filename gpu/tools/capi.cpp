@@ -54,8 +54,9 @@ int flashattn_gpu_backward(void* q, void* k, void* v, void* out, float* lse, voi
                            int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_k, int dim, int dtype_code,
                            int causal, int deterministic, void* stream) {
   return guarded([&] {
-    flashattn::BackwardArgs a;
-    fill(a, q, k, v, out, lse, batch, seqlen_q, seqlen_k, heads_q, heads_k, dim, dtype_code, causal);
+    flashattn::ForwardArgs f;
+    fill(f, q, k, v, out, lse, batch, seqlen_q, seqlen_k, heads_q, heads_k, dim, dtype_code, causal);
+    flashattn::BackwardArgs a = flashattn::backward_args(f);
     const flashattn::DType t = dtype_from_code(dtype_code);
     a.dout = flashattn::bshd(dout, t, batch, seqlen_q, heads_q, dim);
     a.dq = flashattn::bshd(dq, t, batch, seqlen_q, heads_q, dim);

@@ -12,7 +12,7 @@ namespace flashattn {
 // All O views share one shape [B, N, H, d] and dtype; lse arrays are fp32 [B, H, N] contiguous.
 // out and lse_out may be the same views/arrays as the first or second operand (in place).
 // Throws flashattn::Error on mismatched shapes or dtypes, null or misaligned pointers.
-void merge(const Tensor& o1, const float* lse1, const Tensor& o2, const float* lse2, const Tensor& out,
+void merge(const ConstTensor& o1, const float* lse1, const ConstTensor& o2, const float* lse2, const Tensor& out,
            float* lse_out);
 
 }  // namespace flashattn

@@ -23,7 +23,7 @@ struct Sequence {
 };
 
 // Returns the number of sequences of a validated call.
-inline int64_t num_sequences(const ForwardArgs& a) {
+inline int64_t num_sequences(const AttentionArgs& a) {
   return a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
 }
 
@@ -52,23 +52,26 @@ FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_s
 
 // Returns sequence s (0 <= s < num_sequences(a)) of a validated call. Reads host arrays
 // (cu_seqlens, seqlens_k): backends holding device pointers pass a host copy.
-inline Sequence sequence(const ForwardArgs& a, int64_t s) {
+inline Sequence sequence(const AttentionArgs& a, int64_t s) {
   return make_sequence(s, a.q.seq, a.k.seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a.causal, a.window_left,
                        a.window_right);
 }
 
-// Returns the scale applied to q kᵀ (the default 1/sqrt(d) when a.scale is 0).
-inline float effective_scale(const ForwardArgs& a) {
-  return a.scale != 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.q.dim)));
+// Returns the scale 1/sqrt(d) used when AttentionArgs::scale is empty.
+inline float default_scale(int64_t head_dim) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+// Returns the scale applied to q kᵀ: a.scale if it is set (0 included), else 1/sqrt(d).
+inline float effective_scale(const AttentionArgs& a) { return a.scale ? *a.scale : default_scale(a.q.dim); }
+
 // Returns the ALiBi slope of query head h in sequence s (0 when ALiBi is off).
-inline float alibi_slope(const ForwardArgs& a, int64_t s, int64_t h) {
+inline float alibi_slope(const AttentionArgs& a, int64_t s, int64_t h) {
   return a.alibi_slopes ? a.alibi_slopes[s * a.alibi_batch_stride + h] : 0.0f;
 }
 
 // Returns the index into lse ([B, Hq, Nq] contiguous) of row i of sequence seq, query head h.
-inline int64_t lse_index(const ForwardArgs& a, const Sequence& seq, int64_t h, int64_t i) {
+inline int64_t lse_index(const AttentionArgs& a, const Sequence& seq, int64_t h, int64_t i) {
   return (seq.batch * a.q.heads + h) * a.q.seq + seq.q_start + i;
 }
 
@@ -77,8 +80,9 @@ FLASHATTN_HD constexpr int64_t kv_head(int64_t h, int64_t heads_q, int64_t heads
   return h / (heads_q / heads_k);
 }
 
-// Returns the score after the optional soft-capping and ALiBi of DESIGN.md, in this order, for
-// row i and key j of a sequence with mask m; s is scale * q·k. Masking is not applied here.
+// Returns the score after the optional soft-capping and ALiBi of docs/semantics.md, in this
+// order, for row i and key j of a sequence with mask m; s is scale * q·k. Masking is not
+// applied here.
 template <class T>
 FLASHATTN_HD inline T transform_score(T s, T softcap, T slope, int64_t i, int64_t j, const Mask& m) {
   if (softcap > T(0)) s = softcap * std::tanh(s / softcap);

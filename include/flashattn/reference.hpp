@@ -68,8 +68,9 @@ struct BackwardValues {
   std::vector<double> dq, dk, dv;
 };
 
-// Validates `a`, then returns the forward results before rounding to the output dtype.
-ForwardValues forward_values(const ForwardArgs& a, Precision p = Precision::fp64);
+// Validates the inputs and options of `a`, then returns the forward results before rounding to
+// the output dtype (nothing is written: a ForwardArgs or a BackwardArgs may be passed).
+ForwardValues forward_values(const AttentionArgs& a, Precision p = Precision::fp64);
 
 // Validates `a`, then returns the gradients before rounding to the output dtype. The oracle
 // recomputes the forward itself from q, k, v; a.out and a.lse are validated but not read, except by

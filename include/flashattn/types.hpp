@@ -22,8 +22,8 @@ constexpr const char* dtype_name(DType t) {
   return "invalid";
 }
 
-// A strided view of a rank-4 tensor [batch, seq, heads, dim]. Strides are in elements; the last
-// dimension is contiguous (stride 1). Element (b, s, h, x) lives at
+// A writable strided view of a rank-4 tensor [batch, seq, heads, dim] (outputs). Strides are in
+// elements; the last dimension is contiguous (stride 1). Element (b, s, h, x) lives at
 // data + (b*stride_batch + s*stride_seq + h*stride_head + x) elements.
 struct Tensor {
   void* data = nullptr;
@@ -37,15 +37,50 @@ struct Tensor {
   }
 };
 
-// Returns a contiguous [batch, seq, heads, dim] view (the "bshd" layout used by FlashAttention).
+// A read-only strided view (inputs), laid out exactly like Tensor. Every Tensor converts to it, so
+// a writable buffer can be passed where an input is expected, and a const buffer needs no cast.
+struct ConstTensor {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t batch = 0, seq = 0, heads = 0, dim = 0;
+  int64_t stride_batch = 0, stride_seq = 0, stride_head = 0;
+
+  constexpr ConstTensor() = default;
+  constexpr ConstTensor(const void* data_, DType dtype_, int64_t batch_, int64_t seq_, int64_t heads_, int64_t dim_,
+                        int64_t stride_batch_, int64_t stride_seq_, int64_t stride_head_)
+      : data(data_), dtype(dtype_), batch(batch_), seq(seq_), heads(heads_), dim(dim_), stride_batch(stride_batch_),
+        stride_seq(stride_seq_), stride_head(stride_head_) {}
+  constexpr ConstTensor(const Tensor& t)  // NOLINT(google-explicit-constructor): writable -> read-only
+      : ConstTensor(t.data, t.dtype, t.batch, t.seq, t.heads, t.dim, t.stride_batch, t.stride_seq, t.stride_head) {}
+
+  // Returns the element offset of (b, s, h, 0).
+  constexpr int64_t offset(int64_t b, int64_t s, int64_t h) const {
+    return b * stride_batch + s * stride_seq + h * stride_head;
+  }
+};
+
+// Returns a contiguous [batch, seq, heads, dim] view (the "bshd" layout used by FlashAttention):
+// writable for a non-const pointer, read-only for a const one.
 constexpr Tensor bshd(void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
   return Tensor{data, dtype, batch, seq, heads, dim, seq * heads * dim, heads * dim, dim};
 }
+constexpr Tensor bshd(std::nullptr_t, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return bshd(static_cast<void*>(nullptr), dtype, batch, seq, heads, dim);
+}
+constexpr ConstTensor bshd(const void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return ConstTensor(data, dtype, batch, seq, heads, dim, seq * heads * dim, heads * dim, dim);
+}
 
 // Returns a view of a contiguous [batch, heads, seq, dim] buffer (the "bhsd" layout), indexed as
-// [batch, seq, heads, dim] like every other view.
+// [batch, seq, heads, dim] like every other view; writable or read-only as bshd.
 constexpr Tensor bhsd(void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
   return Tensor{data, dtype, batch, seq, heads, dim, heads * seq * dim, dim, seq * dim};
+}
+constexpr Tensor bhsd(std::nullptr_t, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return bhsd(static_cast<void*>(nullptr), dtype, batch, seq, heads, dim);
+}
+constexpr ConstTensor bhsd(const void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+  return ConstTensor(data, dtype, batch, seq, heads, dim, heads * seq * dim, dim, seq * dim);
 }
 
 }  // namespace flashattn

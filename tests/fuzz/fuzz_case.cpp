@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "byte_reader.hpp"
@@ -40,7 +41,7 @@ const float kHostileF32[] = {0.0f,
                              std::numeric_limits<float>::quiet_NaN()};
 constexpr int64_t kHeadDims[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64};
 constexpr int64_t kWindows[] = {-1, 0, 1, 2, 5};
-constexpr float kScales[] = {0.0f, 0.0f, 0.0f, 0.5f, 1.0f, -0.5f, 2.0f};
+constexpr std::optional<float> kScales[] = {std::nullopt, std::nullopt, 0.0f, 0.5f, 1.0f, -0.5f, 2.0f};  // nullopt: 1/sqrt(d)
 constexpr float kSoftcaps[] = {0.0f, 0.0f, 0.0f, 1.0f, 5.0f, 30.0f};
 constexpr float kSlopes[] = {0.0f, 0.0625f, 0.25f, 0.5f, 1.0f};
 constexpr float kInputRange = 2.0f;  // inputs are uniform in [-kInputRange, kInputRange]
@@ -53,7 +54,7 @@ template <class T, size_t N>
 constexpr unsigned count_of(const T (&)[N]) { return N; }
 
 Tensor& tensor(FuzzCase& c, int t) {
-  BackwardArgs& a = c.args;
+  CallFields& a = c.args;
   Tensor* all[kNumTensors] = {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
   return *all[t];
 }
@@ -155,7 +156,7 @@ size_t room_after(const FuzzCase& c, const void* p) {
 
 // Decodes the consistent problem the mutations start from.
 void decode_base(ByteReader& r, FuzzCase& c) {
-  BackwardArgs& a = c.args;
+  CallFields& a = c.args;
   c.backward = r.chance(96);
   const uint8_t dt = r.take<uint8_t>();
   const DType dtype = static_cast<DType>(dt >= 250 ? dt : dt % 3);  // now and then not a DType
@@ -222,7 +223,7 @@ void decode_base(ByteReader& r, FuzzCase& c) {
     c.trace += " alibi(stride " + std::to_string(a.alibi_batch_stride) + ")";
   }
   c.trace += std::string(" causal=") + (a.causal ? "1" : "0") + " window=(" + std::to_string(a.window_left) + "," +
-             std::to_string(a.window_right) + ") scale=" + std::to_string(a.scale) +
+             std::to_string(a.window_right) + ") scale=" + (a.scale ? std::to_string(*a.scale) : std::string("default")) +
              " softcap=" + std::to_string(a.softcap);
   // LSE: optional for the forward, required (an input) for the backward.
   Buffer& lse = c.buffers[kLse];
@@ -236,7 +237,7 @@ void decode_base(ByteReader& r, FuzzCase& c) {
 
 // Overwrites one field of the case with a hostile value.
 void mutate(ByteReader& r, FuzzCase& c) {
-  BackwardArgs& a = c.args;
+  CallFields& a = c.args;
   std::string& tr = c.trace;
   const int t = static_cast<int>(r.pick(kNumTensors));
   Tensor& v = tensor(c, t);
@@ -298,7 +299,7 @@ void mutate(ByteReader& r, FuzzCase& c) {
       tr += " | lse op " + std::to_string(op);
       break;
     }
-    case 5: a.scale = hostile_f32(r); c.tame = false; tr += " | scale=" + std::to_string(a.scale); break;
+    case 5: a.scale = hostile_f32(r); c.tame = false; tr += " | scale=" + std::to_string(*a.scale); break;
     case 6: a.softcap = hostile_f32(r); c.tame = false; tr += " | softcap=" + std::to_string(a.softcap); break;
     case 7: {
       int64_t& w = r.chance(128) ? a.window_left : a.window_right;
@@ -367,7 +368,7 @@ void mutate(ByteReader& r, FuzzCase& c) {
 
 // Returns whether validate() can read every side-array entry it would read for these arguments.
 bool side_arrays_readable(const FuzzCase& c) {
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   for (const void* p : {static_cast<const void*>(a.cu_seqlens_q), static_cast<const void*>(a.cu_seqlens_k),
                         static_cast<const void*>(a.seqlens_k), static_cast<const void*>(a.alibi_slopes)})
     if (side_count(c, p) < 0) return false;

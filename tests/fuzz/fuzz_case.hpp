@@ -41,9 +41,45 @@ struct SideArray {
   }
 };
 
+// The fields of one call, all views writable so that mutations can reach every tensor alike; the
+// options are AttentionArgs' own. Inherited privately (its read-only q, k, v are shadowed and never
+// set), so a CallFields cannot be passed where an AttentionArgs is expected: forward() and
+// backward() build the real calls.
+struct CallFields : private AttentionArgs {
+  using AttentionArgs::alibi_batch_stride;
+  using AttentionArgs::alibi_slopes;
+  using AttentionArgs::causal;
+  using AttentionArgs::cu_seqlens_k;
+  using AttentionArgs::cu_seqlens_q;
+  using AttentionArgs::max_seqlen_k;
+  using AttentionArgs::max_seqlen_q;
+  using AttentionArgs::scale;
+  using AttentionArgs::seqlens_k;
+  using AttentionArgs::softcap;
+  using AttentionArgs::varlen_batch;
+  using AttentionArgs::window_left;
+  using AttentionArgs::window_right;
+  Tensor q, k, v, out, dout, dq, dk, dv;
+  float* lse = nullptr;
+
+  // Returns the forward call (q, k, v, out, lse and the options).
+  ForwardArgs forward() const {
+    ForwardArgs f;
+    static_cast<AttentionArgs&>(f) = static_cast<const AttentionArgs&>(*this);
+    f.q = q, f.k = k, f.v = v, f.out = out, f.lse = lse;
+    return f;
+  }
+  // Returns the backward call (out and lse as inputs, dout, and the gradients).
+  BackwardArgs backward() const {
+    BackwardArgs b = backward_args(forward());
+    b.dout = dout, b.dq = dq, b.dk = dk, b.dv = dv;
+    return b;
+  }
+};
+
 struct FuzzCase {
   bool backward = false;  // which pass the case calls
-  BackwardArgs args;      // forward cases use the ForwardArgs part
+  CallFields args;        // forward cases use q, k, v, out, lse
   std::array<Buffer, kNumSlots> buffers;
   SideArray<int32_t> cu_q, cu_k, seqlens_k;
   SideArray<float> alibi;

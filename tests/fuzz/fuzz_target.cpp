@@ -48,11 +48,11 @@ struct Backend {
 std::vector<Backend> backends() {
   using reference::Precision;
   std::vector<Backend> r = {
-      {"reference fp64", false, [](const FuzzCase& c) { reference::forward(c.args, Precision::fp64); },
-       [](const FuzzCase& c) { reference::backward(c.args, Precision::fp64); }},
+      {"reference fp64", false, [](const FuzzCase& c) { reference::forward(c.args.forward(), Precision::fp64); },
+       [](const FuzzCase& c) { reference::backward(c.args.backward(), Precision::fp64); }},
       {"reference same_as_input", false,
-       [](const FuzzCase& c) { reference::forward(c.args, Precision::same_as_input); },
-       [](const FuzzCase& c) { reference::backward(c.args, Precision::same_as_input); }}};
+       [](const FuzzCase& c) { reference::forward(c.args.forward(), Precision::same_as_input); },
+       [](const FuzzCase& c) { reference::backward(c.args.backward(), Precision::same_as_input); }}};
 #ifdef FLASHATTN_FUZZ_CPU
   // Tile sizes, threads, backward passes and SIMD target come from the case, so small problems reach every tile path.
   auto config = [](const FuzzCase& c) {
@@ -66,8 +66,8 @@ std::vector<Backend> backends() {
     if (!targets.empty()) cfg.target = targets[c.config_choice[3] % targets.size()].bit;
     return cfg;
   };
-  r.push_back({"cpu", true, [config](const FuzzCase& c) { cpu::forward(c.args, config(c)); },
-               [config](const FuzzCase& c) { cpu::backward(c.args, config(c)); }});
+  r.push_back({"cpu", true, [config](const FuzzCase& c) { cpu::forward(c.args.forward(), config(c)); },
+               [config](const FuzzCase& c) { cpu::backward(c.args.backward(), config(c)); }});
 #endif
   return r;
 }
@@ -83,14 +83,14 @@ int64_t span_bytes(const Tensor& t) {
 }
 
 std::vector<const Tensor*> inputs_and_outputs(const FuzzCase& c) {
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   if (!c.backward) return {&a.q, &a.k, &a.v, &a.out};
   return {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
 }
 
 // Returns whether a call validate() accepted stays inside the case's buffers and is small.
 bool fits(const FuzzCase& c) {
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   for (const Tensor* t : inputs_and_outputs(c)) {
     if (elements(*t) > kMaxElements) return false;
     if (has_elements(*t) && !inside_buffer(c, t->data, span_bytes(*t))) return false;
@@ -137,7 +137,7 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
         for (int64_t h = 0; h < t.heads; ++h)
           mark(static_cast<const unsigned char*>(t.data) + t.offset(b, s, h) * es, t.dim * es);
   };
-  const BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   if (c.backward) {
     mark_view(a.dq);
     mark_view(a.dk);
@@ -186,11 +186,11 @@ void run_invalid(const FuzzCase& c, const std::string& message) {
 // Error) writing only its outputs; on tame inputs the optimised backends agree with the oracle.
 void run_valid(FuzzCase& c) {
   using reference::Precision;
-  BackwardArgs& a = c.args;
+  const CallFields& a = c.args;
   if (c.backward) {
     // Make out and lse the forward's results, as a real backward call has them (when the forward
     // part is itself a valid forward call: out may alias an input in a backward call).
-    const ForwardArgs& f = a;
+    const ForwardArgs f = a.forward();
     try {
       validate(f);
       reference::forward(f);
@@ -214,7 +214,8 @@ void run_valid(FuzzCase& c) {
     check_untouched(c, before, &writable, b.name);
     if (!c.tame || !b.may_reject_valid) continue;  // the oracle is compared with itself by construction
     // The suite's one tolerance rule (props/tolerance.hpp), exactly as the property suite applies it.
-    const std::string failure = c.backward ? props::judge_backward(a).first_failure() : props::judge_forward(a).first_failure();
+    const std::string failure =
+        c.backward ? props::judge_backward(a.backward()).first_failure() : props::judge_forward(a.forward()).first_failure();
     if (!failure.empty()) die(c, std::string(b.name) + ": " + failure);
   }
 }
@@ -229,9 +230,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string message;
   try {
     if (c.backward)
-      validate(c.args);
+      validate(c.args.backward());
     else
-      validate(static_cast<const ForwardArgs&>(c.args));
+      validate(c.args.forward());
   } catch (const Error& e) {
     message = e.what();
   }
