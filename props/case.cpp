@@ -413,9 +413,10 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     if (space.custom_scale && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
       c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f});
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
-    // The cost budget of this case (CI time): max_work / 2, / 4 or / 8, spent on lengths (drop
-    // heads, lower the head dim) in 3 of 4 cases, else on width (halve the lengths).
-    const int64_t budget = space.max_work >> *rc::gen::inRange(1, 4);
+    // The cost budget of this case (CI time): max_work / 8, / 4 or / 2 (shrinking goes to / 8),
+    // spent on lengths (drop heads, lower the head dim) in 3 of 4 cases, else on width (halve the
+    // lengths; shrinking goes there).
+    const int64_t budget = space.max_work >> (4 - *rc::gen::inRange(1, 4));
     fit_work(c, budget, space.min_group, *rc::gen::weightedElement<bool>({{1, false}, {3, true}}));
     return c;
   }));
