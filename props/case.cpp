@@ -198,9 +198,8 @@ bool drop_width(Case& c, int64_t min_group) {
 
 // Fits the case's cost (cost()) into `budget`. keep_lengths: drop heads and sequences, then lower
 // the head dim (a GPU dim through the GPU dims down to 32, another by halving down to 8), and only
-// then halve lengths (long
-// sequences, several tiles); else halve the longest length first (many and wide heads). Then sums
-// the varlen lengths and bounds seqlens_k by the keys left.
+// then halve lengths (long sequences, several tiles); else halve the longest length first (many
+// and wide heads). Then sums the varlen lengths and bounds seqlens_k by the keys left.
 void fit_work(Case& c, int64_t budget, int64_t min_group, bool keep_lengths) {
   while (cost(c) > budget) {
     if (keep_lengths) {

@@ -4,7 +4,6 @@
 // several tiles, partial tiles), and every feature must stay reachable.
 #include <doctest/doctest.h>
 
-#include "flashattn/mask.hpp"
 #include "props/case.hpp"
 #include "props/check.hpp"
 #include "props/coverage.hpp"
