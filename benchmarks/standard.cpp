@@ -82,36 +82,24 @@ float* Standard::ensure(std::vector<Block>& pool, size_t index, size_t floats) {
 
 namespace {
 
-// Returns an f32 view of t (the output views: written), converting 16-bit data into `copy` (dense
-// bshd, t's shape) when needed and `convert` is set.
-F32View f32_view(const flashattn::Tensor& t, float* copy, bool convert) {
+// Returns an f32 view of the output t: t itself when it is f32, else the dense bshd buffer `copy`
+// of t's shape (store_back rounds it into t).
+F32View f32_view(const flashattn::Tensor& t, float* copy) {
   if (t.dtype == flashattn::DType::f32) return F32View{static_cast<float*>(t.data), t.stride_batch, t.stride_seq, t.stride_head};
-  F32View v{copy, t.seq * t.heads * t.dim, t.heads * t.dim, t.dim};
-  if (convert) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < t.batch; ++b)
-      for (int64_t s = 0; s < t.seq; ++s)
-        for (int64_t h = 0; h < t.heads; ++h)
-          for (int64_t x = 0; x < t.dim; ++x) v.at(b, s, h)[x] = flashattn::load_as_float(t.data, t.dtype, t.offset(b, s, h) + x);
-  }
-  return v;
+  return F32View{copy, t.seq * t.heads * t.dim, t.heads * t.dim, t.dim};
 }
 
-// Returns a read-only f32 view of the input t (16-bit data converted into `copy`).
-F32In f32_view(const flashattn::ConstTensor& t, float* copy, bool convert) {
+// Returns a read-only f32 view of the input t: t itself when it is f32, else its values converted
+// into the dense bshd buffer `copy`.
+F32In f32_view(const flashattn::ConstTensor& t, float* copy) {
   if (t.dtype == flashattn::DType::f32)
     return F32In{static_cast<const float*>(t.data), t.stride_batch, t.stride_seq, t.stride_head};
-  // Converting into `copy` writes through a writable view of the copy only.
-  const F32View v = f32_view(flashattn::Tensor{copy, flashattn::DType::f32, t.batch, t.seq, t.heads, t.dim,
-                                               t.seq * t.heads * t.dim, t.heads * t.dim, t.dim},
-                             copy, false);
-  if (convert) {
+  const F32View v{copy, t.seq * t.heads * t.dim, t.heads * t.dim, t.dim};
 #pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < t.batch; ++b)
-      for (int64_t s = 0; s < t.seq; ++s)
-        for (int64_t h = 0; h < t.heads; ++h)
-          for (int64_t x = 0; x < t.dim; ++x) v.at(b, s, h)[x] = flashattn::load_as_float(t.data, t.dtype, t.offset(b, s, h) + x);
-  }
+  for (int64_t b = 0; b < t.batch; ++b)
+    for (int64_t s = 0; s < t.seq; ++s)
+      for (int64_t h = 0; h < t.heads; ++h)
+        for (int64_t x = 0; x < t.dim; ++x) v.at(b, s, h)[x] = flashattn::load_as_float(t.data, t.dtype, t.offset(b, s, h) + x);
   return F32In{v.data, v.sb, v.ss, v.sh};
 }
 
@@ -150,10 +138,10 @@ void Standard::forward(const flashattn::ForwardArgs& a, bool save_p) {
   const int64_t B = a.q.batch, Hq = a.q.heads, Hk = a.k.heads, Nq = a.q.seq, Nk = a.k.seq, d = a.q.dim;
   const size_t nn = static_cast<size_t>(Nq * Nk);
   const bool lowp = a.q.dtype != flashattn::DType::f32;
-  const F32In q = f32_view(a.q, lowp ? ensure(copies_, 0, elems(a.q)) : nullptr, true);
-  const F32In k = f32_view(a.k, lowp ? ensure(copies_, 1, elems(a.k)) : nullptr, true);
-  const F32In v = f32_view(a.v, lowp ? ensure(copies_, 2, elems(a.v)) : nullptr, true);
-  const F32View o = f32_view(a.out, lowp ? ensure(copies_, 3, elems(a.out)) : nullptr, false);
+  const F32In q = f32_view(a.q, lowp ? ensure(copies_, 0, elems(a.q)) : nullptr);
+  const F32In k = f32_view(a.k, lowp ? ensure(copies_, 1, elems(a.k)) : nullptr);
+  const F32In v = f32_view(a.v, lowp ? ensure(copies_, 2, elems(a.v)) : nullptr);
+  const F32View o = f32_view(a.out, lowp ? ensure(copies_, 3, elems(a.out)) : nullptr);
   float* saved = save_p ? ensure(saved_, 0, nn * static_cast<size_t>(B * Hq)) : nullptr;
   std::vector<float*> scratch(static_cast<size_t>(threads));
   if (!save_p)
@@ -193,14 +181,14 @@ void Standard::backward(const flashattn::BackwardArgs& a) {
   const size_t nn = static_cast<size_t>(Nq * Nk);
   const bool lowp = a.q.dtype != flashattn::DType::f32;
   auto copy = [&](size_t slot, const flashattn::ConstTensor& t) { return lowp ? ensure(copies_, slot, elems(t)) : nullptr; };
-  const F32In q = f32_view(a.q, copy(0, a.q), true);
-  const F32In k = f32_view(a.k, copy(1, a.k), true);
-  const F32In v = f32_view(a.v, copy(2, a.v), true);
-  const F32In o = f32_view(a.out, copy(3, a.out), true);
-  const F32In dout = f32_view(a.dout, copy(4, a.dout), true);
-  const F32View dq = f32_view(a.dq, copy(5, a.dq), false);
-  const F32View dk = f32_view(a.dk, copy(6, a.dk), false);
-  const F32View dv = f32_view(a.dv, copy(7, a.dv), false);
+  const F32In q = f32_view(a.q, copy(0, a.q));
+  const F32In k = f32_view(a.k, copy(1, a.k));
+  const F32In v = f32_view(a.v, copy(2, a.v));
+  const F32In o = f32_view(a.out, copy(3, a.out));
+  const F32In dout = f32_view(a.dout, copy(4, a.dout));
+  const F32View dq = f32_view(a.dq, copy(5, a.dq));
+  const F32View dk = f32_view(a.dk, copy(6, a.dk));
+  const F32View dv = f32_view(a.dv, copy(7, a.dv));
   float* D = ensure(copies_, 8, static_cast<size_t>(B * Hq * Nq));
   const float* saved = saved_[0].data;
   std::vector<float*> scratch(static_cast<size_t>(threads));

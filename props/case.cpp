@@ -94,18 +94,35 @@ E to_enum(const std::string& key, const std::string& s, const char* (*name)(E), 
   bad(key, s);
 }
 
+// Cost of one score element in fit_work, in units of Case::work() (one multiply-add of a head dim).
+constexpr int64_t kScoreCost = 32;
+
 const char* dtype_label(DType t) { return flashattn::dtype_name(t); }
 
-// Sequence lengths: 1, powers of two and their neighbours, or anything up to max.
+// Lengths of a regular case (>= 2 where max allows): a few rows (one or two tiny tiles), a few tiny
+// tiles, a default CPU tile edge (64, 128, 192, 256) +-1, or anything up to max.
 rc::Gen<int64_t> gen_seqlen(int64_t max) {
   return rc::gen::map(
       rc::gen::weightedOneOf<int64_t>({
-          {3, rc::gen::just<int64_t>(1)},
-          {4, rc::gen::apply([](int p, int delta) { return std::max<int64_t>(1, (int64_t{1} << p) + delta); },
-                             rc::gen::inRange(0, 9), rc::gen::inRange(-1, 2))},
-          {3, rc::gen::inRange<int64_t>(1, max + 1)},
+          {1, rc::gen::inRange<int64_t>(2, 9)},
+          {2, rc::gen::inRange<int64_t>(9, 41)},
+          {3, rc::gen::apply([](int64_t edge, int64_t delta) { return edge + delta; },
+                             rc::gen::elementOf(std::vector<int64_t>{64, 128, 192, 256}), rc::gen::inRange<int64_t>(-1, 2))},
+          {4, rc::gen::inRange<int64_t>(2, std::max<int64_t>(2, max) + 1)},
       }),
-      [max](int64_t n) { return std::min(n, max); });
+      [max](int64_t n) { return std::max<int64_t>(1, std::min(n, max)); });
+}
+
+// Key length of a regular sequence with nq query rows: the same (self-attention), close to it, or
+// independent.
+rc::Gen<int64_t> gen_seqlen_k(int64_t nq, int64_t max) {
+  return rc::gen::map(
+      rc::gen::weightedOneOf<int64_t>({
+          {2, rc::gen::just(nq)},
+          {1, rc::gen::map(rc::gen::inRange<int64_t>(-2, 3), [nq](int64_t d) { return nq + d; })},
+          {4, gen_seqlen(max)},
+      }),
+      [max](int64_t n) { return std::max<int64_t>(1, std::min(n, max)); });
 }
 
 // Head dims: the GPU set, small odd dims, or anything up to max.
@@ -117,34 +134,86 @@ rc::Gen<int64_t> gen_dim(int64_t max) {
   });
 }
 
+// One side of a window: no key beyond the diagonal, a few keys, or any width up to `reach` (past
+// every sequence too).
+rc::Gen<int64_t> gen_window_side(int64_t reach) {
+  return rc::gen::weightedOneOf<int64_t>({
+      {1, rc::gen::just<int64_t>(0)},
+      {5, rc::gen::inRange<int64_t>(1, 9)},
+      {4, rc::gen::inRange<int64_t>(0, reach)},
+  });
+}
+
 // Returns half of n rounded up (n >= 1).
 int64_t halve(int64_t n) { return (n + 1) / 2; }
 
-// Shrinks the lengths until the case's oracle cost fits `max_work` (halving the longest first).
-void fit_work(Case& c, int64_t max_work, int64_t min_group) {
-  while (c.work() > max_work) {
+// Returns the cost of a case for fitting: Case::work() plus kScoreCost per score element (the
+// per-element exp, masking and tile overhead that a small head dim does not amortise). >= work().
+int64_t cost(const Case& c) { return c.work() + kScoreCost * (c.work() / c.dim); }
+
+// Returns whether d is one of the GPU's head dims.
+bool gpu_dim(int64_t d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
+
+// Returns the next smaller GPU head dim (256, 128, 96, 64, 32) for those above 32, else half of d.
+int64_t smaller_dim(int64_t d) {
+  switch (d) {
+    case 256: return 128;
+    case 128: return 96;
+    case 96: return 64;
+    case 64: return 32;
+    default: return halve(d);
+  }
+}
+
+// Halves the longest sequence length (q or k); returns false if every length is <= 1.
+bool halve_longest(Case& c) {
+  if (c.varlen()) {
+    auto longest = [](std::vector<int32_t>& v) { return std::max_element(v.begin(), v.end()); };
+    auto iq = longest(c.varlen_q), ik = longest(c.varlen_k);
+    if (std::max(*iq, *ik) <= 1) return false;
+    if (*iq >= *ik) *iq = static_cast<int32_t>(halve(*iq));
+    else *ik = static_cast<int32_t>(halve(*ik));
+    return true;
+  }
+  if (std::max(c.seqlen_q, c.seqlen_k) <= 1) return false;
+  if (c.seqlen_q >= c.seqlen_k) c.seqlen_q = halve(c.seqlen_q);
+  else c.seqlen_k = halve(c.seqlen_k);
+  return true;
+}
+
+// Drops one key/value head, else one sequence, else one query head of the group (GQA goes last);
+// returns false if there is one of each.
+bool drop_width(Case& c, int64_t min_group) {
+  if (c.heads_k > 1) --c.heads_k;
+  else if (c.batch > 1) {
+    --c.batch;
     if (c.varlen()) {
-      auto longest = [](std::vector<int32_t>& v) { return std::max_element(v.begin(), v.end()); };
-      auto iq = longest(c.varlen_q), ik = longest(c.varlen_k);
-      if (std::max(*iq, *ik) > 1) {
-        if (*iq >= *ik) *iq = static_cast<int32_t>(halve(*iq));
-        else *ik = static_cast<int32_t>(halve(*ik));
+      c.varlen_q.pop_back();
+      c.varlen_k.pop_back();
+    }
+  } else if (c.group > min_group) --c.group;
+  else return false;
+  return true;
+}
+
+// Fits the case's cost (cost()) into `budget`. keep_lengths: drop heads and sequences, then lower
+// the head dim (a GPU dim through the GPU dims down to 32, another by halving down to 8), and only
+// then halve lengths (long sequences, several tiles); else halve the longest length first (many
+// and wide heads). Then sums the varlen lengths and bounds seqlens_k by the keys left.
+void fit_work(Case& c, int64_t budget, int64_t min_group, bool keep_lengths) {
+  while (cost(c) > budget) {
+    if (keep_lengths) {
+      if (drop_width(c, min_group)) continue;
+      if (c.dim > (gpu_dim(c.dim) ? 32 : 8)) {
+        c.dim = smaller_dim(c.dim);
         continue;
       }
-    } else if (std::max(c.seqlen_q, c.seqlen_k) > 1) {
-      if (c.seqlen_q >= c.seqlen_k) c.seqlen_q = halve(c.seqlen_q);
-      else c.seqlen_k = halve(c.seqlen_k);
-      continue;
+      if (halve_longest(c)) continue;
+    } else {
+      if (halve_longest(c)) continue;
+      if (drop_width(c, min_group)) continue;
     }
-    if (c.group > min_group) --c.group;
-    else if (c.heads_k > 1) --c.heads_k;
-    else if (c.batch > 1) {
-      --c.batch;
-      if (c.varlen()) {
-        c.varlen_q.pop_back();
-        c.varlen_k.pop_back();
-      }
-    } else break;  // one row, one key, one head: nothing left to shrink
+    break;  // one row, one key, one head: nothing left to shrink
   }
   if (c.varlen()) {
     c.seqlen_q = c.seqlen_k = 0;
@@ -159,6 +228,14 @@ void fit_work(Case& c, int64_t max_work, int64_t min_group) {
     }
   }
 }
+
+// The degenerate shapes a case may be turned into (1 in 10 cases): no row sees two keys.
+enum class Degenerate : uint8_t {
+  one_key,       // every sequence has one key (seqlen_k = 1): P is one-hot, dS = 0
+  one_row,       // one row and one key per sequence
+  diagonal,      // window (0, 0): every row sees at most its diagonal key
+  no_keys,       // seqlens_k = 0 everywhere: every row is empty, out = 0, LSE = -inf
+};
 
 // Draws a mode flag: -1 sometimes (with `weight` in 4), 0 never, 1 always.
 bool draw_mode(int mode, int weight) {
@@ -254,24 +331,29 @@ Case parse_case(const std::string& line) {
 bool operator==(const Case& a, const Case& b) { return to_string(a) == to_string(b); }
 
 rc::Gen<Case> gen_case(const CaseSpace& space) {
-  return rc::gen::exec([space] {
+  return rc::gen::resize(rc::kNominalSize, rc::gen::exec([space] {
     Case c;
-    c.batch = *rc::gen::inRange<int64_t>(1, 4);
-    c.heads_k = *rc::gen::inRange<int64_t>(1, 5);
-    c.group = *rc::gen::inRange<int64_t>(space.min_group, std::max<int64_t>(space.min_group, 4) + 1);
+    // Regular cases (9 in 10) aim at what the properties are about: rows that see several keys,
+    // several and partial tiles. Degenerate ones (1 in 10) are drawn on purpose, below.
+    const bool degenerate = *rc::gen::weightedElement<bool>({{9, false}, {1, true}});
+    c.batch = *rc::gen::weightedElement<int64_t>({{2, 1}, {2, 2}, {1, 3}});
+    c.heads_k = *rc::gen::weightedElement<int64_t>({{3, 1}, {2, 2}, {1, 3}, {1, 4}});
+    c.group = space.min_group + *rc::gen::weightedElement<int64_t>({{3, 0}, {2, 1}, {1, 2}, {1, 3}});
     c.dim = *gen_dim(space.max_dim);
     c.dtype = *rc::gen::elementOf(space.dtypes);
+    const int64_t max_len = space.max_seqlen;
     if (draw_mode(space.varlen, 1)) {
       for (int64_t s = 0; s < c.batch; ++s) {
-        // Empty sequences (0 rows) are part of the contract too.
-        c.varlen_q.push_back(static_cast<int32_t>(
-            *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {5, gen_seqlen(space.max_seqlen)}})));
-        c.varlen_k.push_back(static_cast<int32_t>(
-            *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {5, gen_seqlen(space.max_seqlen)}})));
+        // Empty sequences (0 rows, 0 keys) are part of the contract too.
+        const int64_t nq = *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {9, gen_seqlen(max_len)}});
+        const int64_t nk =
+            *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {9, gen_seqlen_k(std::max<int64_t>(nq, 1), max_len)}});
+        c.varlen_q.push_back(static_cast<int32_t>(nq));
+        c.varlen_k.push_back(static_cast<int32_t>(nk));
       }
     } else {
-      c.seqlen_q = *gen_seqlen(space.max_seqlen);
-      c.seqlen_k = *gen_seqlen(space.max_seqlen);
+      c.seqlen_q = *gen_seqlen(max_len);
+      c.seqlen_k = *gen_seqlen_k(c.seqlen_q, max_len);
     }
     if (space.masks) {
       c.causal = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
@@ -279,8 +361,9 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
         int64_t reach = std::max(c.seqlen_q, c.seqlen_k);
         for (size_t s = 0; s < c.varlen_q.size(); ++s) reach = std::max<int64_t>({reach, c.varlen_q[s], c.varlen_k[s]});
         reach += 2;  // windows wider than every sequence too
-        c.window_left = *rc::gen::inRange<int64_t>(-1, reach);
-        c.window_right = *rc::gen::inRange<int64_t>(-1, reach);
+        const int sides = *rc::gen::weightedElement<int>({{2, 3}, {1, 1}, {1, 2}});  // bit 0: left, bit 1: right
+        if (sides & 1) c.window_left = *gen_window_side(reach);
+        if (sides & 2) c.window_right = *gen_window_side(reach);
       }
       c.alibi = *rc::gen::weightedElement<Alibi>({{3, Alibi::off}, {1, Alibi::shared}, {1, Alibi::per_batch}});
     }
@@ -289,7 +372,42 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     if ((space.masks || space.key_lengths == 1) && draw_mode(space.key_lengths, 1)) {
       for (int64_t s = 0; s < c.batch; ++s) {
         const int64_t rows = c.varlen() ? c.varlen_k[s] : c.seqlen_k;
-        c.key_lengths.push_back(static_cast<int32_t>(*rc::gen::inRange<int64_t>(0, rows + 1)));
+        // All keys, some (at least one), or none.
+        c.key_lengths.push_back(static_cast<int32_t>(*rc::gen::weightedOneOf<int64_t>(
+            {{2, rc::gen::just(rows)}, {7, rc::gen::inRange<int64_t>(std::min<int64_t>(1, rows), rows + 1)},
+             {1, rc::gen::just<int64_t>(0)}})));
+      }
+    }
+    if (degenerate) {
+      const Degenerate kind = *rc::gen::elementOf(
+          std::vector<Degenerate>{Degenerate::one_key, Degenerate::one_row, Degenerate::diagonal, Degenerate::no_keys});
+      auto clamp = [](int64_t& n) { n = std::min<int64_t>(n, 1); };
+      auto clamp32 = [](int32_t& n) { n = std::min<int32_t>(n, 1); };
+      switch (kind) {
+        case Degenerate::one_row:
+          clamp(c.seqlen_q);
+          for (int32_t& n : c.varlen_q) clamp32(n);
+          [[fallthrough]];
+        case Degenerate::one_key:
+          clamp(c.seqlen_k);
+          for (int32_t& n : c.varlen_k) clamp32(n);
+          break;
+        case Degenerate::diagonal:
+          if (space.masks) {
+            c.window_left = c.window_right = 0;
+          } else {
+            clamp(c.seqlen_k);  // one key where windows are not allowed
+            for (int32_t& n : c.varlen_k) clamp32(n);
+          }
+          break;
+        case Degenerate::no_keys:
+          if (space.masks || space.key_lengths == 1) {
+            c.key_lengths.assign(static_cast<size_t>(c.batch), 0);
+          } else {
+            clamp(c.seqlen_k);  // one key where seqlens_k is not allowed
+            for (int32_t& n : c.varlen_k) clamp32(n);
+          }
+          break;
       }
     }
     c.layout = *rc::gen::elementOf(std::vector<Layout>{Layout::bshd, Layout::bhsd, Layout::padded});
@@ -299,9 +417,13 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     if (space.custom_scale && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
       c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f, 0.0f});
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
-    fit_work(c, space.max_work, space.min_group);
+    // The cost budget of this case (CI time): max_work / 8, / 4 or / 2 (shrinking goes to / 8),
+    // spent on lengths (drop heads, lower the head dim) in 3 of 4 cases, else on width (halve the
+    // lengths; shrinking goes there).
+    const int64_t budget = space.max_work >> (4 - *rc::gen::inRange(1, 4));
+    fit_work(c, budget, space.min_group, *rc::gen::weightedElement<bool>({{1, false}, {3, true}}));
     return c;
-  });
+  }));
 }
 
 }  // namespace props

@@ -8,6 +8,7 @@
 
 #include "props/case.hpp"
 #include "props/check.hpp"
+#include "props/coverage.hpp"
 #include "props/crosscheck.hpp"
 #include "props/registry.hpp"
 
@@ -35,9 +36,11 @@ CaseSpace crosscheck_space() {
 using CaseCheck = std::string (*)(const Implementation&, const Case&);
 
 // Checks `fn` for every registered implementation on generated cases, discarding cases the
-// implementation declares unsupported.
+// implementation declares unsupported; then reports what the checked cases covered (one MESSAGE
+// block: the shares of dtypes, layouts, masks, rows that see several keys, tiles; coverage.hpp).
 void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases) {
   const CaseSpace space = crosscheck_space();
+  CoverageTally tally;  // every checked case of every implementation (on a failure, shrinking's too)
   for (const Implementation* impl : implementations()) {
     if (needs_backward && !impl->backward) {
       MESSAGE(impl->name << " has no backward: '" << std::string(property) << "' does not apply");
@@ -45,17 +48,19 @@ void for_each_implementation(const char* property, CaseCheck fn, bool needs_back
     }
     check(
         impl->name + "/" + property,
-        [impl, fn, space] {
+        [impl, fn, space, &tally] {
           const Case c = *gen_case(space);
           if (impl->unsupported) {
             const std::string why = impl->unsupported(c);
             if (!why.empty()) RC_DISCARD(why);
           }
+          tally.add(c);
           const std::string e = fn(*impl, c);
           if (!e.empty()) RC_FAIL(e);
         },
         cases);
   }
+  if (tally.cases() > 0) MESSAGE(std::string(property) << ", all implementations: " << tally.summary());
 }
 
 const char* replay_line() { return std::getenv("FLASHATTN_REPLAY"); }
