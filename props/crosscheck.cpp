@@ -17,11 +17,6 @@ namespace {
 
 std::string failure(const std::string& what, const Case& c) { return what + "\n" + replay_hint(c); }
 
-// Dense index of element (row, head, 0) of a [B, N, H, d] tensor.
-int64_t dense_row(const flashattn::Tensor& t, int64_t batch, int64_t row, int64_t head) {
-  return ((batch * t.seq + row) * t.heads + head) * t.dim;
-}
-
 // Returns "" if rows [row, head, :] of `values` are all exactly zero.
 bool row_is_zero(const std::vector<double>& values, int64_t start, int64_t dim) {
   for (int64_t x = 0; x < dim; ++x)
@@ -45,7 +40,9 @@ std::string crosscheck_forward(const Implementation& impl, const Case& c) {
 
   const Judgement judged = judge_forward(a);
   if (std::string e = judged.first_failure(); !e.empty()) return failure(impl.name + " forward: " + e, c);
-  const std::vector<double> out = read_dense(inst.out()), lse = lse_values(inst);
+  // The judged values (dense; every row of a sequence is the implementation's).
+  const std::vector<double>& out = judged.find("out")->impl;
+  const std::vector<double> lse = lse_values(inst);
 
   // Rows that see no key: out = 0 and lse = -inf exactly.
   for (int64_t s = 0; s < flashattn::num_sequences(a); ++s) {
@@ -72,9 +69,12 @@ std::string crosscheck_backward(const Implementation& impl, const Case& c) {
   impl.backward(a);
   if (std::string e = inst.check(); !e.empty()) return failure(impl.name + " backward: " + e, c);
 
-  const std::vector<double> dq = read_dense(inst.dq()), dk = read_dense(inst.dk()), dv = read_dense(inst.dv());
   const Judgement judged = judge_backward(a);
   if (std::string e = judged.first_failure(); !e.empty()) return failure(impl.name + " backward: " + e, c);
+  // The judged values (dense; every row of a sequence is the implementation's).
+  const std::vector<double>& dq = judged.find("dq")->impl;
+  const std::vector<double>& dk = judged.find("dk")->impl;
+  const std::vector<double>& dv = judged.find("dv")->impl;
 
   // Rows that see no key get dq = 0; keys that no row sees get dk = dv = 0 (exactly).
   for (int64_t s = 0; s < flashattn::num_sequences(a); ++s) {

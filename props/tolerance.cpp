@@ -13,11 +13,6 @@ namespace {
 
 using flashattn::reference::Precision;
 
-// Dense index of element (b, s, h, 0) of a [B, N, H, d] tensor.
-int64_t dense_row(const flashattn::Tensor& t, int64_t b, int64_t s, int64_t h) {
-  return ((b * t.seq + s) * t.heads + h) * t.dim;
-}
-
 // Reads the rows of view t that belong to the call's sequences (q rows, or k rows when `keys`) into
 // a dense array; elements outside every sequence take the oracle's value (they are not compared).
 std::vector<double> read_rows(const flashattn::AttentionArgs& a, const flashattn::Tensor& t, bool keys,
@@ -79,6 +74,10 @@ Verdict tensor_verdict(const char* name, const flashattn::Tensor& t, std::vector
 }
 
 }  // namespace
+
+int64_t dense_row(const flashattn::ConstTensor& t, int64_t b, int64_t s, int64_t h) {
+  return ((b * t.seq + s) * t.heads + h) * t.dim;
+}
 
 std::string Verdict::message() const {
   if (result.passed) return "";

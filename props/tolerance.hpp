@@ -5,6 +5,7 @@
 // one rule, one implementation (library flashattn_tolerance; no RapidCheck or doctest).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@
 #include "props/compare.hpp"
 
 namespace props {
+
+// Returns the index of element (b, s, h, 0) in a dense [B, N, H, d] array with t's sizes: the layout
+// of Verdict::impl and Verdict::oracle for out and the gradients.
+int64_t dense_row(const flashattn::ConstTensor& t, int64_t b, int64_t s, int64_t h);
 
 struct Verdict {
   std::string output;              // "out", "lse", "dq", "dk" or "dv"

@@ -145,12 +145,17 @@ void scatter(const AttentionArgs& a, const std::vector<double>& dense, const Ten
 std::pair<int64_t, int64_t> q_rows(const Sequence& s) { return {s.q_start, s.mask.seqlen_q}; }
 std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_rows}; }
 
+// Returns the forward values of a validated call.
+ForwardValues forward_values_of_valid(const AttentionArgs& a, Precision p) {
+  if (p == Precision::fp64_given_out || p == Precision::fp64_given) p = Precision::fp64;  // nothing is given
+  return p == Precision::fp64 || p == Precision::magnitude ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
+}
+
 }  // namespace
 
 ForwardValues forward_values(const AttentionArgs& a, Precision p) {
   validate(a);
-  if (p == Precision::fp64_given_out || p == Precision::fp64_given) p = Precision::fp64;  // nothing is given
-  return p == Precision::fp64 || p == Precision::magnitude ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
+  return forward_values_of_valid(a, p);
 }
 
 BackwardValues backward_values(const BackwardArgs& a, Precision p) {
@@ -162,7 +167,7 @@ BackwardValues backward_values(const BackwardArgs& a, Precision p) {
 
 void forward(const ForwardArgs& a, Precision p) {
   validate(a);  // the outputs too: forward_values checks only what it reads
-  const ForwardValues r = forward_values(a, p);
+  const ForwardValues r = forward_values_of_valid(a, p);
   scatter(a, r.out, a.out, q_rows);
   if (a.lse)
     for (int64_t s = 0; s < num_sequences(a); ++s) {
