@@ -4,6 +4,7 @@
 #include "flashattn/cpu.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/validate.hpp"
+#include "decode.h"
 #include "plan.h"
 
 namespace flashattn::cpu {
@@ -27,6 +28,10 @@ int64_t choose_target(const Config& c) {
 void forward(const ForwardArgs& a, const Config& c) {
   validate(a);
   const detail::Plan p = detail::make_plan(a, c, false);
+  if (detail::decode_applies(a, c, p)) {
+    detail::decode_on_target(choose_target(c), a, p, detail::make_decode_plan(a, c, p, 0));
+    return;
+  }
   detail::forward_on_target(choose_target(c), a, p);
 }
 
@@ -39,6 +44,12 @@ void backward(const BackwardArgs& a, const Config& c) {
 size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
   validate(a);
   const detail::Plan p = detail::make_plan(a, c, false);
+  if (detail::decode_applies(a, c, p)) {
+    const detail::DecodePlan dp = detail::make_decode_plan(a, c, p, 0);
+    return (static_cast<size_t>(p.threads) * detail::decode_scratch_floats(dp, p.exact_scores) +
+            detail::decode_partial_floats(dp, p.sequences, a.k.heads, a.v.dim)) *
+           sizeof(float);
+  }
   return (static_cast<size_t>(p.threads) * detail::forward_scratch_floats(p) + detail::forward_shared_floats(p)) *
          sizeof(float);
 }

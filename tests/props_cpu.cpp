@@ -1,7 +1,8 @@
 // Property runner for flashattn::cpu. Registers one implementation per compiled Highway target
 // this CPU supports, with the default tiles and with tiny tiles (forced so that small cases cross
 // tile boundaries, partial vectors and key-block tails), each with an odd thread count on the tiny
-// variant, and the best target with exact scores on every tile (ScorePrecision::fp64). Every
+// variant, the best target with exact scores on every tile (ScorePrecision::fp64), and the best
+// target with the decode path off (Config.decode = false, default and tiny tiles). Every
 // registered implementation then runs the shared cross-check properties.
 #include <cstring>
 #include <string>
@@ -41,10 +42,12 @@ constexpr int kTinyBlockK = 5;
 constexpr int kTinyBackwardBlocks = 3;
 
 props::Implementation cpu_implementation(const flashattn::cpu::Target& t, bool tiny,
-                                         flashattn::cpu::ScorePrecision scores = flashattn::cpu::ScorePrecision::adaptive) {
+                                         flashattn::cpu::ScorePrecision scores = flashattn::cpu::ScorePrecision::adaptive,
+                                         bool decode = true) {
   flashattn::cpu::Config c;
   c.target = t.bit;
   c.scores = scores;
+  c.decode = decode;
   if (tiny) {
     c.block_q = kTinyBlockQ;
     c.block_k = kTinyBlockK;
@@ -52,7 +55,7 @@ props::Implementation cpu_implementation(const flashattn::cpu::Target& t, bool t
     c.backward_blocks = kTinyBackwardBlocks;
   }
   const bool fp64 = scores == flashattn::cpu::ScorePrecision::fp64;
-  return {"cpu-" + t.name + (tiny ? "-tiny" : "") + (fp64 ? "-fp64-scores" : ""),
+  return {"cpu-" + t.name + (tiny ? "-tiny" : "") + (fp64 ? "-fp64-scores" : "") + (decode ? "" : "-general"),
           [c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); },
           [c](const flashattn::BackwardArgs& a) { flashattn::cpu::backward(a, c); },
           {}};
@@ -68,5 +71,9 @@ int main(int argc, char** argv) {
   // Exact (fp64) scores on every tile, on the best target: the adaptive default takes that path
   // only for tiles with large scores.
   props::add(cpu_implementation(flashattn::cpu::targets().front(), false, flashattn::cpu::ScorePrecision::fp64));
+  // The variants above send decode-shaped cases (few query rows per key head, cpu/decode.h) to the
+  // decode path; these keep the general tiled forward checked on the same small cases.
+  props::add(cpu_implementation(flashattn::cpu::targets().front(), false, flashattn::cpu::ScorePrecision::adaptive, false));
+  props::add(cpu_implementation(flashattn::cpu::targets().front(), true, flashattn::cpu::ScorePrecision::adaptive, false));
   return props::run(argc, argv);
 }

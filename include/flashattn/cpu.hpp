@@ -39,6 +39,9 @@ struct Config {
   int backward_blocks = 0;  // backward: query blocks that share one pass over the keys (1..16, each
                             // adds a P cache of seqlen_k x block_q floats); 0: 4 for long heads
                             // (fp32 K, V, dK, dV over 4 MiB), else 1. Results do not depend on it.
+  bool decode = true;  // forward: calls with at most 64 rows (query rows x query heads per key/value
+                       // head) per sequence and key head take the decode path (one read of K/V for
+                       // the whole GQA group, split-KV); false: always the general tiled path
 };
 
 // A SIMD target compiled into the library and supported by this CPU.

@@ -1,0 +1,481 @@
+// The decode path of the forward (decode.h; docs/cpu-design.md, "Decoding"). One work item =
+// (sequence, key/value head, split): its R = Nq·g rows (row r = i·g + hg: query row i of head hg of
+// the group) are scored against each tile of keys while the tile sits in L1, so K and V stream from
+// memory once per call. A tile's K and V rows are widened (16-bit) or copied (f32) into small fp32
+// tiles as they are read: in place, through any row stride, never as a per-head copy.
+//
+// Layout: keys run along the vector lanes of the scores (row r of s holds the tile's keys), so the
+// online softmax of each row is one pass over its own lanes; the head dim runs along the lanes of
+// Q, the tiles and O. Each row follows the forward's online softmax (score-inl.h) with its own
+// mask interval and ALiBi slope.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "decode.h"
+#include "flashattn/problem.hpp"
+#include "parallel.h"
+#include "rows.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "decode.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "exp-inl.h"
+#include "score-inl.h"
+#include "widen-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace flashattn::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace ::flashattn::cpu::detail;  // NOLINT: Plan, DecodePlan, scratch, rows
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Per-row constants of a work item.
+struct RowInfo {
+  int64_t i = 0;     // query row in the sequence
+  int64_t h = 0;     // query head
+  int64_t kbeg = 0;  // first visible key
+  int64_t kend = 0;  // one past the last visible key
+  float slope = 0;   // ALiBi slope (0: off)
+};
+
+// Where the rows of a work item and their outputs are.
+struct ItemRows {
+  RowInfo info[kDecodeMaxRows];
+  int64_t count = 0;
+};
+
+// Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad floats,
+// zero-padded), four rows at a time so each key vector is loaded once per four dot products.
+template <class D>
+void TileDots(D d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t dpad, int64_t R, int64_t nk,
+              float* HWY_RESTRICT s, int64_t kpad) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t r = 0;
+  for (; r + 4 <= R; r += 4) {
+    const float* q0 = q + r * dpad;
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* k = kt + j * dpad;
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      for (int64_t x = 0; x < dpad; x += L) {
+        const auto kv = hn::Load(d, k + x);
+        a0 = hn::MulAdd(hn::Load(d, q0 + x), kv, a0);
+        a1 = hn::MulAdd(hn::Load(d, q0 + dpad + x), kv, a1);
+        a2 = hn::MulAdd(hn::Load(d, q0 + 2 * dpad + x), kv, a2);
+        a3 = hn::MulAdd(hn::Load(d, q0 + 3 * dpad + x), kv, a3);
+      }
+      s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a0));
+      s[(r + 1) * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a1));
+      s[(r + 2) * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a2));
+      s[(r + 3) * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a3));
+    }
+  }
+  for (; r < R; ++r) {
+    const float* qr = q + r * dpad;
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* k = kt + j * dpad;
+      auto acc = hn::Zero(d);
+      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), hn::Load(d, k + x), acc);
+      s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, acc));
+    }
+  }
+}
+
+// TileDots in fp64 (exact scores, fp32 inputs): every product of two floats is exact and each sum
+// rounds at 2^-53.
+template <class DD>
+void TileDotsExact(DD dd, const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t dpad, int64_t R,
+                   int64_t nk, double* HWY_RESTRICT sd, int64_t kpad) {
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  for (int64_t r = 0; r < R; ++r) {
+    const float* qr = q + r * dpad;
+    for (int64_t j = 0; j < nk; ++j) {
+      const float* k = kt + j * dpad;
+      auto acc = hn::Zero(dd);  // dpad is a multiple of kMaxLanes, so of the fp64 lane count
+      for (int64_t x = 0; x < dpad; x += L) {
+        acc = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(df, qr + x)), hn::PromoteTo(dd, hn::LoadU(df, k + x)), acc);
+      }
+      sd[r * kpad + j] = hn::GetLane(hn::SumOfLanes(dd, acc));
+    }
+  }
+}
+
+// The score transforms and mask of one row in fp32 (score-inl.h TransformScores / MaskScores, with
+// keys along the lanes): lanes [0, W) hold keys c0 + j; keys outside [kb, ke) and lanes past nk
+// become `hidden`.
+template <class D>
+void RowScores(D d, float* HWY_RESTRICT s, int64_t W, int64_t nk, int64_t c0, int64_t kb, int64_t ke, bool transform,
+               float scale, float softcap, float slope, int64_t i, int64_t diag, float hidden) {
+  const hn::RebindToSigned<D> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto hid = hn::Set(d, hidden);
+  const int64_t lo = std::max<int64_t>(kb - c0, 0), hi = std::min<int64_t>(ke - c0, nk);  // visible lanes
+  for (int64_t w = 0; w < W; w += L) {
+    auto v = hn::Load(d, s + w);
+    if (transform) {
+      v = hn::Mul(v, hn::Set(d, scale));
+      if (softcap > 0) v = hn::Mul(hn::Set(d, softcap), TanhKeepNaN(d, hn::Mul(v, hn::Set(d, 1.0f / softcap))));
+      if (slope != 0) {
+        // |i + diag − key|, exact while sequences stay below 2^24 keys
+        const auto key = hn::Iota(d, static_cast<float>(c0 + w));
+        const auto dist = hn::Abs(hn::Sub(hn::Set(d, static_cast<float>(i + diag)), key));
+        v = hn::NegMulAdd(hn::Set(d, slope), dist, v);
+      }
+    }
+    const auto lane = hn::Iota(di, static_cast<int32_t>(w));
+    const auto vis = hn::And(hn::Lt(hn::Set(di, static_cast<int32_t>(lo - 1)), lane), hn::Lt(lane, hn::Set(di, static_cast<int32_t>(hi))));
+    hn::Store(hn::IfThenElse(hn::RebindMask(d, vis), v, hid), d, s + w);
+  }
+}
+
+// RowScores on the fp64 raw scores (TransformScoresExact / MaskScoresExact).
+template <class DD>
+void RowScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t W, int64_t nk, int64_t c0, int64_t kb, int64_t ke,
+                    bool transform, float scale, float softcap, float slope, int64_t i, int64_t diag, double hidden) {
+  const int64_t lo = std::max<int64_t>(kb - c0, 0), hi = std::min<int64_t>(ke - c0, nk);
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto hid = hn::Set(dd, hidden);
+  for (int64_t w = 0; w < W; w += L) {
+    auto v = hn::Load(dd, sd + w);
+    if (transform) {
+      v = hn::Mul(v, hn::Set(dd, static_cast<double>(scale)));
+      if (softcap > 0) {
+        const auto t = TanhKeepNaN(dd, hn::Mul(v, hn::Set(dd, 1.0 / static_cast<double>(softcap))));
+        v = hn::Mul(hn::Set(dd, static_cast<double>(softcap)), t);
+      }
+      if (slope != 0) {
+        const auto key = hn::Iota(dd, static_cast<double>(c0 + w));
+        const auto dist = hn::Abs(hn::Sub(hn::Set(dd, static_cast<double>(i + diag)), key));
+        v = hn::NegMulAdd(hn::Set(dd, static_cast<double>(slope)), dist, v);
+      }
+    }
+    const auto lane = hn::Iota(dd, static_cast<double>(w));
+    const auto vis = hn::And(hn::Le(hn::Set(dd, static_cast<double>(lo)), lane), hn::Lt(lane, hn::Set(dd, static_cast<double>(hi))));
+    hn::Store(hn::IfThenElse(vis, v, hid), dd, sd + w);
+  }
+}
+
+// Online softmax step of one row over lanes [0, W) of S = scale·s (score-inl.h OnlineSoftmax with
+// keys along the lanes): m' = max(m, max S), P = exp(scale·s − m') written over s,
+// l' = l·α + Σ P. Returns α = exp(m − m'); a row that has seen only −∞ uses 0 for m'.
+template <class D>
+float RowSoftmax(D d, float* HWY_RESTRICT s, int64_t W, float scale, float& m, float& l) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto sc = hn::Set(d, scale);
+  auto mx = hn::Set(d, -kInf);
+  for (int64_t w = 0; w < W; w += L) mx = hn::Max(mx, hn::Mul(hn::Load(d, s + w), sc));
+  const float m_new = std::max(m, hn::GetLane(hn::MaxOfLanes(d, mx)));
+  const float m_use = m_new == -kInf ? 0.0f : m_new;
+  const auto mu = hn::Set(d, m_use);
+  auto sum = hn::Zero(d);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto pv = FastExp(d, hn::MulSub(hn::Load(d, s + w), sc, mu));
+    hn::Store(pv, d, s + w);
+    sum = hn::Add(sum, pv);
+  }
+  const float alpha = hn::GetLane(FastExp(d, hn::Set(d, m - m_use)));
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(d, sum));
+  m = m_new;
+  return alpha;
+}
+
+// RowSoftmax from fp64 raw scores (OnlineSoftmaxExact): m kept in fp32, the exponent argument exact
+// in fp64 (ExpOfDouble); P written to the fp32 row s.
+template <class DD>
+float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT s, int64_t W, double scale, float& m,
+                      float& l) {
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  const auto sc = hn::Set(dd, scale);
+  auto mx = hn::Set(dd, -std::numeric_limits<double>::infinity());
+  for (int64_t w = 0; w < W; w += L) mx = hn::Max(mx, hn::Mul(hn::Load(dd, sd + w), sc));
+  const float m_new = std::max(m, static_cast<float>(hn::GetLane(hn::MaxOfLanes(dd, mx))));
+  const float m_use = m_new == -kInf ? 0.0f : m_new;
+  const auto mu = hn::Set(dd, static_cast<double>(m_use));
+  auto sum = hn::Zero(df);
+  for (int64_t w = 0; w < W; w += L) {
+    const auto pv = ExpOfDouble(dd, hn::MulSub(hn::Load(dd, sd + w), sc, mu));
+    hn::StoreU(pv, df, s + w);
+    sum = hn::Add(sum, pv);
+  }
+  const hn::ScalableTag<float> d1;
+  const float alpha = hn::GetLane(FastExp(d1, hn::Set(d1, m - m_use)));
+  l = l * alpha + hn::GetLane(hn::SumOfLanes(df, sum));
+  m = m_new;
+  return alpha;
+}
+
+// o_r += Σ_j p_r[j] · v_j for keys j in [j0, j1) of the tile, for `n` (1..4) rows starting at r that
+// share the key interval: each value vector is loaded once for the n rows.
+template <class D>
+void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_RESTRICT vt, int64_t dvpad,
+              float* HWY_RESTRICT o, int64_t n, int64_t j0, int64_t j1) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  if (n == 4) {
+    for (int64_t x = 0; x < dvpad; x += L) {
+      auto a0 = hn::Load(d, o + x), a1 = hn::Load(d, o + dvpad + x);
+      auto a2 = hn::Load(d, o + 2 * dvpad + x), a3 = hn::Load(d, o + 3 * dvpad + x);
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto v = hn::Load(d, vt + j * dvpad + x);
+        a0 = hn::MulAdd(hn::Set(d, p[j]), v, a0);
+        a1 = hn::MulAdd(hn::Set(d, p[kpad + j]), v, a1);
+        a2 = hn::MulAdd(hn::Set(d, p[2 * kpad + j]), v, a2);
+        a3 = hn::MulAdd(hn::Set(d, p[3 * kpad + j]), v, a3);
+      }
+      hn::Store(a0, d, o + x);
+      hn::Store(a1, d, o + dvpad + x);
+      hn::Store(a2, d, o + 2 * dvpad + x);
+      hn::Store(a3, d, o + 3 * dvpad + x);
+    }
+    return;
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    const float* pr = p + t * kpad;
+    float* orow = o + t * dvpad;
+    for (int64_t x = 0; x < dvpad; x += L) {
+      auto acc = hn::Load(d, orow + x);
+      for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), hn::Load(d, vt + j * dvpad + x), acc);
+      hn::Store(acc, d, orow + x);
+    }
+  }
+}
+
+// Reads keys [c0, c1) of head kvh of sequence seq into the fp32 tiles kt, vt (rows padded with the
+// zeros already there) and prefetches the next `ahead` keys into L2.
+void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int64_t c0, int64_t c1, int64_t ahead,
+              int64_t key_end, const DecodePlan& dp, float* kt, float* vt) {
+  const int64_t dim = a.k.dim, dv = a.v.dim;
+  for (int64_t j = c1; j < std::min(c1 + ahead, key_end); ++j) {
+    prefetch_row(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), dim, PrefetchFor::read_soon);
+    prefetch_row(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), dv, PrefetchFor::read_soon);
+  }
+  for (int64_t j = c0; j < c1; ++j) {
+    WidenRow(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), dim, kt + (j - c0) * dp.dpad);
+    WidenRow(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), dv, vt + (j - c0) * dp.dvpad);
+  }
+}
+
+// Runs work item (sequence s, key/value head kvh, split c). With one split it writes the rows' out
+// and lse; otherwise their normalised partial O and LSE to part_o [rows x dv] / part_lse [rows].
+void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, int64_t s, int64_t kvh,
+                int64_t c, float* part_o, float* part_lse) {
+  const hn::ScalableTag<float> d;
+  const hn::ScalableTag<double> dd;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const Sequence seq = sequence(a, s);
+  const Mask& mask = seq.mask;
+  const int64_t nq = mask.seqlen_q, g = dp.group, R = nq * g;
+  if (R == 0) return;
+  const int64_t dim = a.q.dim, dv = a.v.dim, kpad = w.kpad;
+  const float scale = effective_scale(a);
+  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
+
+  // The rows: Q in fp32 (zero-padded), O = 0, m = −∞, l = 0, and each row's mask and slope.
+  ItemRows rows;
+  rows.count = R;
+  float qmax2 = 0.0f, max_slope = 0.0f;
+  bool any_slope = false;
+  for (int64_t r = 0; r < R; ++r) {
+    RowInfo& ri = rows.info[r];
+    ri.i = r / g;
+    ri.h = kvh * g + r % g;
+    ri.kbeg = mask.key_begin(ri.i);
+    ri.kend = mask.key_end(ri.i);
+    ri.slope = alibi_slope(a, s, ri.h);
+    any_slope = any_slope || ri.slope != 0;
+    max_slope = std::max(max_slope, std::fabs(ri.slope));
+    float* qr = w.q + r * dp.dpad;
+    WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + ri.i, ri.h), dim, qr);
+    std::fill(qr + dim, qr + dp.dpad, 0.0f);
+    if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, qr, dim, 1, dim));
+    std::fill(w.o + r * dp.dvpad, w.o + (r + 1) * dp.dvpad, 0.0f);
+    w.m[r] = -kInf;
+    w.l[r] = 0.0f;
+  }
+  // Padding of the tiles past d (and rows past the tile's keys) stays zero: dot products and
+  // axpys run over whole vectors.
+  std::fill(w.kt, w.kt + dp.block_k * dp.dpad, 0.0f);
+  std::fill(w.vt, w.vt + dp.block_k * dp.dvpad, 0.0f);
+
+  // This item's keys: its split's chunk of the keys the rows may see.
+  const int64_t n = mask.seqlen_k;
+  const int64_t key_lo = std::max(mask.rows_key_begin(0), split_begin(n, dp.splits, dp.block_k, c));
+  const int64_t key_hi = std::min(mask.rows_key_end(nq), split_begin(n, dp.splits, dp.block_k, c + 1));
+  const bool transform = a.softcap > 0 || any_slope || scale == 0;
+  // Without transforms the scale is fused into the exponent; hidden raw scores must then become
+  // −∞ after multiplying by it.
+  const float fused_scale = transform ? 1.0f : scale;
+  const float hidden = fused_scale < 0 ? kInf : -kInf;
+  TileScores ts;  // for the score bound of adaptive exact scores only
+  ts.scale = scale;
+  ts.r0 = 0;
+  ts.diag = mask.diag();
+  ts.softcap = a.softcap;
+  ts.slope = max_slope;
+  for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
+    const int64_t c1 = std::min(c0 + dp.block_k, key_hi), nk = c1 - c0;
+    const int64_t W = round_up(nk, L);
+    LoadTile(a, seq, kvh, c0, c1, dp.block_k, key_hi, dp, w.kt, w.vt);
+    bool exact = false;
+    if (p.exact_scores) {
+      float kmax2 = 0.0f;
+      if (adaptive) {
+        for (int64_t j = 0; j < nk; ++j) kmax2 = std::max(kmax2, MaxSquaredNorm(d, w.kt + j * dp.dpad, dim, 1, dim));
+      }
+      ts.c0 = c0;
+      exact = exact_tile(p, TileScoreBound(ts, qmax2, kmax2, nq, c1));
+    }
+    if (exact) {
+      TileDotsExact(dd, w.q, w.kt, dp.dpad, R, nk, w.sd, kpad);
+    } else {
+      TileDots(d, w.q, w.kt, dp.dpad, R, nk, w.s, kpad);
+    }
+    // Each row: scores, online softmax, O ·= α; then O += P·V over the row's visible keys, four
+    // rows at a time where they share them.
+    for (int64_t r = 0; r < R; ++r) {
+      const RowInfo& ri = rows.info[r];
+      if (ri.kend <= c0 || c1 <= ri.kbeg) continue;  // sees no key of the tile: its state is unchanged
+      float alpha;
+      if (exact) {
+        double* sdr = w.sd + r * kpad;
+        const int64_t Wd = round_up(nk, static_cast<int64_t>(hn::Lanes(dd)));
+        RowScoresExact(dd, sdr, Wd, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, ri.i, mask.diag(),
+                       static_cast<double>(hidden));
+        alpha = RowSoftmaxExact(dd, sdr, w.s + r * kpad, Wd, fused_scale, w.m[r], w.l[r]);
+      } else {
+        float* sr = w.s + r * kpad;
+        RowScores(d, sr, W, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, ri.i, mask.diag(),
+                  hidden);
+        alpha = RowSoftmax(d, sr, W, fused_scale, w.m[r], w.l[r]);
+      }
+      if (alpha != 1.0f) {
+        float* o = w.o + r * dp.dvpad;
+        const auto av = hn::Set(d, alpha);
+        for (int64_t x = 0; x < dp.dvpad; x += L) hn::Store(hn::Mul(hn::Load(d, o + x), av), d, o + x);
+      }
+    }
+    for (int64_t r = 0; r < R;) {
+      const RowInfo& ri = rows.info[r];
+      const int64_t j0 = std::max(ri.kbeg, c0) - c0, j1 = std::min(ri.kend, c1) - c0;
+      int64_t n4 = 1;  // rows from r sharing the interval (same query row: same mask)
+      while (n4 < 4 && r + n4 < R && rows.info[r + n4].i == ri.i) ++n4;
+      if (j0 < j1) RowsAxpy(d, w.s + r * kpad, kpad, w.vt, dp.dvpad, w.o + r * dp.dvpad, n4, j0, j1);
+      r += n4;
+    }
+  }
+
+  // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞; a NaN sum gives NaN
+  // (as the general forward).
+  for (int64_t r = 0; r < R; ++r) {
+    const RowInfo& ri = rows.info[r];
+    const float l = w.l[r];
+    const bool seen = l > 0 || std::isnan(l);
+    float* o = w.o + r * dp.dvpad;
+    const auto lv = hn::Set(d, l);
+    for (int64_t x = 0; x < dp.dvpad; x += L) {
+      hn::Store(seen ? hn::Div(hn::Load(d, o + x), lv) : hn::Zero(d), d, o + x);
+    }
+    const float lse = seen ? w.m[r] + std::log(l) : -kInf;
+    if (part_o) {
+      std::copy(o, o + dv, part_o + r * dv);
+      part_lse[r] = lse;
+    } else {
+      store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + ri.i, ri.h), dv, o);
+      if (a.lse) a.lse[lse_index(a, seq, ri.h, ri.i)] = lse;
+    }
+  }
+}
+
+// Combines the splits' partials of (sequence s, key/value head kvh) in split order, as
+// flashattn::merge folds two: m = max LSE_c, w_c = exp(LSE_c − m), O = Σ (w_c / Σ w) O_c,
+// LSE = m + log Σ w; rows empty in every split give O = 0, LSE = −∞, and a NaN LSE makes the row NaN.
+void CombineSplits(const ForwardArgs& a, const DecodePlan& dp, int64_t s, int64_t kvh, const float* part_o,
+                   const float* part_lse, float* row) {
+  const Sequence seq = sequence(a, s);
+  const int64_t g = dp.group, R = seq.mask.seqlen_q * g, dv = a.v.dim, stride = dp.rows;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = r / g, h = kvh * g + r % g;
+    float m = -kInf;
+    bool nan = false;
+    for (int64_t c = 0; c < dp.splits; ++c) {
+      const float lc = part_lse[c * stride + r];
+      nan = nan || std::isnan(lc);
+      m = std::fmax(m, lc);
+    }
+    float lse;
+    if (nan) {
+      std::fill(row, row + dv, std::numeric_limits<float>::quiet_NaN());
+      lse = std::numeric_limits<float>::quiet_NaN();
+    } else if (m == -kInf) {
+      std::fill(row, row + dv, 0.0f);
+      lse = -kInf;
+    } else {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < dp.splits; ++c) sum += std::exp(part_lse[c * stride + r] - m);
+      std::fill(row, row + dv, 0.0f);
+      for (int64_t c = 0; c < dp.splits; ++c) {
+        const float wc = std::exp(part_lse[c * stride + r] - m) / sum;
+        if (wc == 0.0f) continue;  // an empty split (LSE −∞) holds O = 0 and adds nothing
+        const float* oc = part_o + (c * stride + r) * dv;
+        for (int64_t x = 0; x < dv; ++x) row[x] += wc * oc[x];
+      }
+      lse = m + std::log(sum);
+    }
+    store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + i, h), dv, row);
+    if (a.lse) a.lse[lse_index(a, seq, h, i)] = lse;
+  }
+}
+
+}  // namespace
+
+// Runs a decode-shaped call on this target: items (sequence, key/value head, split) are claimed
+// dynamically one at a time (each streams a whole chunk of keys); with splits, a second loop
+// combines each (sequence, key/value head) in split order. No item's result depends on which thread
+// ran it, so the output is bitwise identical for any thread count.
+void DecodeTarget(const ForwardArgs& a, const Plan& p, const DecodePlan& dp) {
+  const int64_t seqs = num_sequences(a), hk = a.k.heads;
+  const int64_t items = seqs * hk * dp.splits;
+  if (items == 0) return;
+  const int64_t dv = a.v.dim;
+  const size_t part_floats = decode_partial_floats(dp, seqs, hk, dv);
+  float* part = part_floats ? call_scratch(part_floats) : nullptr;
+  // Partials of item (s, kvh, c): O at part_o + ((s·hk + kvh)·splits + c)·rows·dv, LSE likewise.
+  float* part_lse = part;
+  float* part_o = part ? part + seqs * hk * dp.splits * dp.rows : nullptr;
+  const size_t floats = decode_scratch_floats(dp, p.exact_scores);
+  ParallelFor(
+      p.threads, items, 1, [&] { return thread_scratch(floats); },
+      [&](int64_t it, float* scratch) {
+        Carver carver(scratch);
+        DecodeScratch w(carver, dp, p.exact_scores);
+        const int64_t c = it % dp.splits, kvh = (it / dp.splits) % hk, s = it / (dp.splits * hk);
+        DecodeItem(a, p, dp, w, s, kvh, c, part ? part_o + it * dp.rows * dv : nullptr,
+                   part ? part_lse + it * dp.rows : nullptr);
+      });
+  if (!part) return;
+  ParallelFor(
+      p.threads, seqs * hk, 1, [&] { return thread_scratch(static_cast<size_t>(round_up(dv, kMaxLanes))); },
+      [&](int64_t it, float* row) {
+        const int64_t kvh = it % hk, s = it / hk;
+        CombineSplits(a, dp, s, kvh, part_o + it * dp.splits * dp.rows * dv, part_lse + it * dp.splits * dp.rows, row);
+      });
+}
+
+}  // namespace flashattn::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace flashattn::cpu {
+HWY_EXPORT(DecodeTarget);
+
+void detail::decode_on_target(int64_t target, const ForwardArgs& a, const Plan& p, const DecodePlan& dp) {
+  HWY_DISPATCH_TABLE(DecodeTarget)[dispatch_index(target)](a, p, dp);
+}
+}  // namespace flashattn::cpu
+#endif  // HWY_ONCE

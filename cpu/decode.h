@@ -1,0 +1,104 @@
+// The decode path of the forward (docs/cpu-design.md, "Decoding"): calls with few query rows per
+// key/value head (decoding, speculative decoding) are bound by reading K and V once, not by
+// arithmetic. A work item is (sequence, key/value head, split of the keys): all g query heads of the
+// GQA group and all query rows of the sequence (R = g·Nq rows) are scored against each key row as it
+// streams past, so every K and V row is read from memory once per call. Splits keep every core busy
+// when B·Hk is small; their partial (O, LSE) are combined in a fixed order afterwards.
+//
+// This header holds the shape rules and the sizes (no SIMD code); decode.cc the kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashattn/args.hpp"
+#include "flashattn/cpu.hpp"
+#include "plan.h"
+#include "scratch.h"
+
+namespace flashattn::cpu::detail {
+
+// Most rows (query heads of a group x query rows of a sequence) a decode work item carries. Each
+// key row costs R dot products and R axpys: at R = 64 and d = 128 that is still below the time to
+// stream the row from memory on the Zen 4 host, and the general path's 64-row query blocks take over
+// beyond it.
+constexpr int64_t kDecodeMaxRows = 64;
+
+// Key rows per decode tile when Config.block_k is 0: K and V tiles of 32 rows x 128 fp32 take
+// 2 x 16 KiB, the L1 of the Zen 4 host; larger head dims take fewer rows (kDecodeTileFloats).
+constexpr int64_t kDecodeBlockK = 32;
+constexpr int64_t kDecodeTileFloats = kDecodeBlockK * 128;
+
+// num_splits == 0 picks splits so that B·Hk·splits reaches kDecodeItems work items (enough for the
+// threads of a large machine to balance), but never chunks shorter than kDecodeMinSplitKeys keys:
+// a split adds R·(dv + 1) floats of partials and one combine step per row, worth it only when the
+// chunk's K/V stream is long.
+constexpr int64_t kDecodeItems = 64;
+constexpr int64_t kDecodeMinSplitKeys = 512;
+
+// The shape of one decode call, chosen from the arguments alone (never from the thread count).
+struct DecodePlan {
+  int64_t rows = 0;     // g·max_q: most rows of one work item
+  int64_t group = 1;    // g, query heads per key/value head
+  int64_t max_q = 0;    // most query rows of one sequence
+  int64_t block_k = 0;  // key rows per tile
+  int64_t dpad = 0;     // q/k head dim rounded up to kMaxLanes
+  int64_t dvpad = 0;    // v head dim rounded up to kMaxLanes
+  int64_t splits = 1;   // key chunks per (sequence, key/value head)
+};
+
+// Returns whether a validated forward call takes the decode path: Config.decode is on and every
+// sequence has at most kDecodeMaxRows / g query rows. Depends on the shapes only.
+bool decode_applies(const ForwardArgs& a, const Config& c, const Plan& p);
+
+// Returns the decode plan of a call for which decode_applies holds; `requested_splits` is the
+// caller's num_splits (0: chosen from the shape).
+DecodePlan make_decode_plan(const ForwardArgs& a, const Config& c, const Plan& p, int64_t requested_splits);
+
+// Returns the splits num_splits == 0 chooses for `sequences` sequences, `heads_k` key/value heads and
+// at most `max_k` keys per sequence.
+int64_t auto_splits(int64_t sequences, int64_t heads_k, int64_t max_k);
+
+// Returns the first key of chunk c of a sequence with n keys cut into `splits` chunks (c == splits:
+// n). Chunks are equal up to a multiple of block_k, so a chunk's tiles start where an unsplit
+// call's would.
+inline int64_t split_begin(int64_t n, int64_t splits, int64_t block_k, int64_t c) {
+  const int64_t len = round_up(ceil_div(n, splits), block_k);
+  return std::min(c * len, n);
+}
+
+// One decode work item's scratch (rows r = i·g + hg: query row i, head hg of the group). Small:
+// R·(d + dv) + 2·block_k·(d + dv) floats, in L1/L2 at the default sizes.
+struct DecodeScratch {
+  float* q;       // [rows x dpad] the item's query rows in fp32, zero-padded
+  float* o;       // [rows x dvpad] output accumulators
+  float* kt;      // [block_k x dpad] the current key tile in fp32, zero-padded
+  float* vt;      // [block_k x dvpad] the current value tile
+  float* s;       // [rows x kpad] scores, then P (keys along the lanes)
+  double* sd;     // [rows x kpad] raw scores in fp64 (exact scores only, else null)
+  float* m;       // [rows] running max
+  float* l;       // [rows] running sum
+  float* knorm;   // [block_k] squared norms of the tile's key rows (exact scores only)
+  int64_t kpad;   // block_k rounded up to kMaxLanes
+
+  DecodeScratch(Carver& c, const DecodePlan& dp, bool exact)
+      : q(c.take<float>(dp.rows * dp.dpad, kVectorAlign)),
+        o(c.take<float>(dp.rows * dp.dvpad, kVectorAlign)),
+        kt(c.take<float>(dp.block_k * dp.dpad, kVectorAlign)),
+        vt(c.take<float>(dp.block_k * dp.dvpad, kVectorAlign)),
+        s(c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign)),
+        sd(exact ? c.take<double>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
+        m(c.take<float>(dp.rows, kVectorAlign)),
+        l(c.take<float>(dp.rows, kVectorAlign)),
+        knorm(exact ? c.take<float>(dp.block_k, kVectorAlign) : nullptr),
+        kpad(round_up(dp.block_k, kMaxLanes)) {}
+};
+
+// Floats of one thread's decode scratch, and of the call-wide partials (0 without splits).
+size_t decode_scratch_floats(const DecodePlan& dp, bool exact_scores);
+size_t decode_partial_floats(const DecodePlan& dp, int64_t sequences, int64_t heads_k, int64_t dv);
+
+// Runs a decode-shaped forward call on Highway target `target`.
+void decode_on_target(int64_t target, const ForwardArgs& a, const Plan& p, const DecodePlan& dp);
+
+}  // namespace flashattn::cpu::detail

@@ -1,0 +1,46 @@
+// The decode path's shape rules and scratch sizes (see decode.h).
+#include <algorithm>
+
+#include "decode.h"
+#include "flashattn/problem.hpp"
+
+namespace flashattn::cpu::detail {
+
+bool decode_applies(const ForwardArgs& a, const Config& c, const Plan& p) {
+  static_cast<void>(a);
+  return c.decode && p.max_q >= 1 && p.max_q * p.group <= kDecodeMaxRows;
+}
+
+int64_t auto_splits(int64_t sequences, int64_t heads_k, int64_t max_k) {
+  const int64_t items = std::max<int64_t>(sequences * heads_k, 1);
+  const int64_t wanted = ceil_div(kDecodeItems, items);
+  const int64_t longest = std::max<int64_t>(max_k / kDecodeMinSplitKeys, 1);
+  return std::clamp<int64_t>(wanted, 1, longest);
+}
+
+DecodePlan make_decode_plan(const ForwardArgs& a, const Config& c, const Plan& p, int64_t requested_splits) {
+  DecodePlan dp;
+  dp.group = p.group;
+  dp.max_q = p.max_q;
+  dp.rows = p.group * p.max_q;
+  dp.dpad = round_up(std::max<int64_t>(a.q.dim, 1), kMaxLanes);
+  dp.dvpad = round_up(std::max<int64_t>(a.v.dim, 1), kMaxLanes);
+  const int64_t widest = std::max(dp.dpad, dp.dvpad);
+  dp.block_k = c.block_k > 0 ? c.block_k : std::max<int64_t>(std::min<int64_t>(kDecodeBlockK, kDecodeTileFloats / widest), 1);
+  dp.splits = requested_splits > 0 ? requested_splits : auto_splits(p.sequences, a.k.heads, p.max_k);
+  return dp;
+}
+
+size_t decode_scratch_floats(const DecodePlan& dp, bool exact_scores) {
+  Carver c(nullptr);
+  const DecodeScratch counted(c, dp, exact_scores);
+  static_cast<void>(counted);
+  return (c.bytes() + sizeof(float) - 1) / sizeof(float);
+}
+
+size_t decode_partial_floats(const DecodePlan& dp, int64_t sequences, int64_t heads_k, int64_t dv) {
+  if (dp.splits <= 1) return 0;
+  return static_cast<size_t>(sequences * heads_k * dp.splits * dp.rows * (dv + 1));
+}
+
+}  // namespace flashattn::cpu::detail
