@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,11 +38,20 @@ void check_cu_seqlens(const int32_t* cu, int64_t n, int64_t rows, int64_t max_le
   if (cu[n] > rows) fail(name, "[", n, "] (", cu[n], ") exceeds ", rows_name, " (", rows, ")");
 }
 
+// Checks that t has the shape [batch, seq, heads, dim] and the dtype of q.
+void check_shape(const ConstTensor& t, const std::string& name, int64_t batch, int64_t seq, int64_t heads, int64_t dim,
+                 const std::string& expected, DType dtype) {
+  if (t.batch != batch || t.seq != seq || t.heads != heads || t.dim != dim)
+    fail(name, " shape [", t.batch, ", ", t.seq, ", ", t.heads, ", ", t.dim, "] must be ", expected, " [", batch, ", ",
+         seq, ", ", heads, ", ", dim, "]");
+  if (t.dtype != dtype) fail(name, ".dtype (", dtype_name(t.dtype), ") must equal q.dtype (", dtype_name(dtype), ")");
+}
+
 // Checks the forward's output view `out` (written by the forward, read by the backward) and the
-// alignment of its log-sum-exp array.
+// alignment of its log-sum-exp array. out is [B, Nq, Hq, dv] with dv = v.dim.
 void check_out_and_lse(const AttentionArgs& a, const ConstTensor& out, const float* lse) {
   check_tensor(out, "out");
-  check_same_shape(out, "out", a.q, "q");
+  check_shape(out, "out", a.q.batch, a.q.seq, a.q.heads, a.v.dim, "[B, Nq, Hq, v.dim] =", a.q.dtype);
   if (reinterpret_cast<uintptr_t>(lse) % alignof(float) != 0) fail("lse (", static_cast<const void*>(lse), ") is not 4-byte aligned");
 }
 
@@ -53,16 +63,62 @@ void check_inputs(const AttentionArgs& a) {
   if (a.k.dtype != a.q.dtype) fail("k.dtype (", dtype_name(a.k.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
   if (a.v.dtype != a.q.dtype) fail("v.dtype (", dtype_name(a.v.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
   if (a.k.dim != a.q.dim) fail("k.dim (", a.k.dim, ") must equal q.dim (", a.q.dim, ")");
-  if (a.v.dim != a.q.dim) fail("v.dim (", a.v.dim, ") must equal q.dim (", a.q.dim, ")");
-  if (a.k.batch != a.q.batch) fail("k.batch (", a.k.batch, ") must equal q.batch (", a.q.batch, ")");
+  // Paged K/V: k and v are page pools, their batch is the number of pages, not B.
+  if (a.k.batch != a.q.batch && !a.block_table)
+    fail("k.batch (", a.k.batch, ") must equal q.batch (", a.q.batch, ")");
   if (a.v.batch != a.k.batch || a.v.seq != a.k.seq || a.v.heads != a.k.heads)
     fail("v shape [", a.v.batch, ", ", a.v.seq, ", ", a.v.heads, ", ", a.v.dim, "] must equal k shape [", a.k.batch, ", ",
-         a.k.seq, ", ", a.k.heads, ", ", a.k.dim, "]");
+         a.k.seq, ", ", a.k.heads, ", ", a.k.dim, "] except in dim");
   if (a.q.heads % a.k.heads != 0) fail("k.heads (", a.k.heads, ") must divide q.heads (", a.q.heads, ")");
 }
 
-// Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays).
-void check_options(const AttentionArgs& a) {
+// Returns the keys sequence s can hold before seqlens_k: its page capacity with a block table, its
+// packed rows with varlen, else k.seq.
+int64_t key_capacity(const AttentionArgs& a, int64_t s) {
+  if (a.block_table) return a.block_table_pages * a.k.seq;  // checked for overflow in check_paged
+  return a.cu_seqlens_k ? int64_t{a.cu_seqlens_k[s + 1]} - a.cu_seqlens_k[s] : a.k.seq;
+}
+
+// Checks the block table (paged K/V) and that every entry a sequence reads lies in [0, num_pages).
+// `appended` rows (an append) are written past seqlens_k and need their pages too.
+void check_paged(const AttentionArgs& a, int64_t appended) {
+  if (!a.block_table) {
+    if (a.block_table_pages != 0) fail("block_table_pages (", a.block_table_pages, ") is set but block_table is null");
+    if (a.block_table_stride != 0) fail("block_table_stride (", a.block_table_stride, ") is set but block_table is null");
+    return;
+  }
+  if (a.cu_seqlens_q || a.cu_seqlens_k) fail("block_table cannot be combined with varlen (cu_seqlens_q/k set)");
+  if (a.block_table_pages < 0 || a.block_table_pages >= kMaxDim)
+    fail("block_table_pages (", a.block_table_pages, ") must be in [0, 2^31)");
+  if (a.block_table_stride < 0 || (a.block_table_stride != 0 && a.block_table_stride < a.block_table_pages))
+    fail("block_table_stride (", a.block_table_stride, ") must be 0 or >= block_table_pages (", a.block_table_pages, ")");
+  const int64_t page = a.k.seq, pages = a.k.batch;
+  if (page < 1) fail("page size k.seq (", page, ") must be >= 1 with a block table");
+  mul_checked(mul_checked(a.block_table_pages, page, "block_table_pages * page size"), 1, "capacity");
+  const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+  for (int64_t b = 0; b < a.q.batch; ++b) {
+    const int64_t keys = (a.seqlens_k ? int64_t{a.seqlens_k[b]} : a.block_table_pages * page) + appended;
+    const int64_t used = std::min((keys + page - 1) / page, a.block_table_pages);  // past capacity: failed elsewhere
+    for (int64_t c = 0; c < used; ++c) {
+      const int64_t e = a.block_table[b * stride + c];
+      if (e < 0 || e >= pages)
+        fail("block_table[", b * stride + c, "] (", e, ", page ", c, " of sequence ", b, ") must be in [0, ", pages,
+             ") (k.batch, the number of pages)");
+    }
+  }
+}
+
+// Checks the attention sinks: finite.
+void check_sinks(const AttentionArgs& a) {
+  if (!a.sinks) return;
+  for (int64_t h = 0; h < a.q.heads; ++h)
+    if (!std::isfinite(a.sinks[h])) fail("sinks[", h, "] (", a.sinks[h], ") must be finite");
+}
+
+// Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays). With an
+// append, seqlens_k counts the rows before it and the `appended` rows must fit too.
+void check_options(const AttentionArgs& a, int64_t appended = 0) {
+  if (!a.block_table) check_paged(a, 0);  // block-table fields set without a table
   if (a.scale && !std::isfinite(*a.scale)) fail("scale (", *a.scale, ") must be finite (leave it empty for 1/sqrt(d))");
   if (!std::isfinite(a.softcap) || a.softcap < 0) fail("softcap (", a.softcap, ") must be finite and >= 0 (0: off)");
   if (a.window_left < -1) fail("window_left (", a.window_left, ") must be >= -1 (-1: unbounded)");
@@ -74,6 +130,8 @@ void check_options(const AttentionArgs& a) {
     fail("cu_seqlens_q and cu_seqlens_k must be given together (got ", a.cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k", " only)");
   if (a.max_seqlen_q < 0) fail("max_seqlen_q (", a.max_seqlen_q, ") must not be negative");
   if (a.max_seqlen_k < 0) fail("max_seqlen_k (", a.max_seqlen_k, ") must not be negative");
+  if (a.block_table && (a.cu_seqlens_q || a.cu_seqlens_k))
+    fail("block_table cannot be combined with varlen (cu_seqlens_q/k set)");
   if (a.cu_seqlens_q) {
     if (a.q.batch != 1 || a.k.batch != 1)
       fail("varlen (cu_seqlens_q set) needs q.batch and k.batch 1 (got ", a.q.batch, ", ", a.k.batch, ")");
@@ -84,13 +142,22 @@ void check_options(const AttentionArgs& a) {
   } else if (a.varlen_batch != 0) {
     fail("varlen_batch (", a.varlen_batch, ") is set but cu_seqlens_q is null");
   }
+  if (a.block_table && (a.block_table_pages < 0 || a.block_table_pages >= kMaxDim || a.k.seq < 1))
+    check_paged(a, appended);  // reports the bad table geometry before the capacity is used below
   if (a.seqlens_k) {
     for (int64_t s = 0; s < nseq; ++s) {
-      const int64_t rows = a.cu_seqlens_k ? int64_t{a.cu_seqlens_k[s + 1]} - a.cu_seqlens_k[s] : a.k.seq;
-      if (a.seqlens_k[s] < 0 || a.seqlens_k[s] > rows)
+      const int64_t rows = key_capacity(a, s);
+      if (appended > 0) {
+        if (a.seqlens_k[s] < 0 || a.seqlens_k[s] + appended > rows)
+          fail("seqlens_k[", s, "] (", a.seqlens_k[s], ") + append.k_new.seq (", appended,
+               ") must be in [0, the cache capacity ", rows, "] (sequence ", s, ")");
+      } else if (a.seqlens_k[s] < 0 || a.seqlens_k[s] > rows) {
         fail("seqlens_k[", s, "] (", a.seqlens_k[s], ") must be in [0, ", rows, "] (the keys of sequence ", s, ")");
+      }
     }
   }
+  check_paged(a, appended);
+  check_sinks(a);
   if (a.alibi_slopes) {
     if (a.alibi_batch_stride < 0) fail("alibi_batch_stride (", a.alibi_batch_stride, ") must not be negative");
     if (a.alibi_batch_stride != 0 && a.alibi_batch_stride < a.q.heads)
@@ -109,6 +176,94 @@ int64_t lse_bytes(const AttentionArgs& a) {
   return mul_checked(mul_checked(mul_checked(a.q.batch, a.q.heads, "lse"), a.q.seq, "lse"), 4, "lse bytes");
 }
 
+// Returns whether a view is left at its default (empty, no data).
+bool is_empty_view(const ConstTensor& t) {
+  return t.data == nullptr && t.batch == 0 && t.seq == 0 && t.heads == 0 && t.dim == 0;
+}
+
+// Bytes of the side arrays a call reads (tables, sinks), for the overlap checks of its outputs.
+std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
+  std::vector<std::pair<Span, const char*>> r;
+  const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
+  if (a.sinks) r.push_back({span_of(a.sinks, a.q.heads * 4), "sinks"});
+  if (a.seqlens_k) r.push_back({span_of(a.seqlens_k, nseq * 4), "seqlens_k"});
+  if (a.block_table && a.q.batch > 0) {
+    const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+    const int64_t n = add_checked(mul_checked(a.q.batch - 1, stride, "block_table size"), a.block_table_pages, "block_table size");
+    r.push_back({span_of(a.block_table, mul_checked(n, 4, "block_table bytes")), "block_table"});
+  }
+  return r;
+}
+
+// Checks the append of a forward call (docs/semantics.md, "Appending to a KV cache"): `eff` is the
+// call with k, v replaced by the caches. Writes nothing.
+void check_append(const ForwardArgs& a, const AttentionArgs& eff) {
+  const KvAppend& ap = a.append;
+  if (!is_empty_view(a.k)) fail("k must be left empty when append is used (the call attends over append.k_cache)");
+  if (!is_empty_view(a.v)) fail("v must be left empty when append is used (the call attends over append.v_cache)");
+  if (a.cu_seqlens_q || a.cu_seqlens_k) fail("append cannot be combined with varlen (cu_seqlens_q/k set)");
+  if (!a.seqlens_k && a.q.batch > 0) fail("append needs seqlens_k (each sequence's cache length before the call)");
+  check_tensor(ap.k_new, "append.k_new");
+  check_tensor(ap.v_new, "append.v_new");
+  const int64_t n = ap.k_new.seq;
+  check_shape(ap.k_new, "append.k_new", a.q.batch, n, eff.k.heads, a.q.dim, "[B, Nnew, Hk, d] =", a.q.dtype);
+  check_shape(ap.v_new, "append.v_new", a.q.batch, n, eff.k.heads, eff.v.dim, "[B, Nnew, Hk, dv] =", a.q.dtype);
+  check_no_self_overlap(ap.k_cache, "append.k_cache");
+  check_no_self_overlap(ap.v_cache, "append.v_cache");
+  // Rotary.
+  if ((ap.rotary_cos == nullptr) != (ap.rotary_sin == nullptr))
+    fail("append.rotary_cos and append.rotary_sin must be given together (got ", ap.rotary_cos ? "rotary_cos" : "rotary_sin",
+         " only)");
+  if (ap.rotary_cos) {
+    if (ap.rotary_dim < 2 || ap.rotary_dim % 2 != 0 || ap.rotary_dim > a.q.dim)
+      fail("append.rotary_dim (", ap.rotary_dim, ") must be even and in [2, d = ", a.q.dim, "]");
+    if (ap.rotary_positions < 0 || ap.rotary_positions >= kMaxDim)
+      fail("append.rotary_positions (", ap.rotary_positions, ") must be in [0, 2^31)");
+    const int64_t rows = std::max(n, a.q.seq);
+    for (int64_t b = 0; b < a.q.batch && rows > 0; ++b) {
+      const int64_t last = int64_t{a.seqlens_k[b]} + rows - 1;
+      if (last >= ap.rotary_positions)
+        fail("append.rotary_positions (", ap.rotary_positions, ") must exceed position ", last, " (seqlens_k[", b, "] (",
+             a.seqlens_k[b], ") + ", rows, " - 1, the last query or new key row of sequence ", b, ")");
+    }
+  } else if (ap.rotary_dim != 0 || ap.rotary_positions != 0 || ap.rotary_interleaved) {
+    fail("append.rotary_dim (", ap.rotary_dim, "), rotary_positions (", ap.rotary_positions,
+         ") or rotary_interleaved are set but append.rotary_cos is null");
+  }
+  // Two appended rows must not land on one cache row (pages shared between sequences).
+  if (a.block_table && n > 0) {
+    const int64_t page = eff.k.seq;
+    const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+    std::vector<std::pair<int64_t, int64_t>> rows;  // (pool row, sequence)
+    for (int64_t b = 0; b < a.q.batch; ++b)
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t j = a.seqlens_k[b] + t;
+        rows.push_back({a.block_table[b * stride + j / page] * page + j % page, b});
+      }
+    std::sort(rows.begin(), rows.end());
+    for (size_t i = 1; i < rows.size(); ++i)
+      if (rows[i].first == rows[i - 1].first)
+        fail("append writes cache row ", rows[i].first % page, " of page ", rows[i].first / page, " for sequences ",
+             rows[i - 1].second, " and ", rows[i].second, " (a page shared by both)");
+  }
+  // The caches are written: they must not overlap what the call reads or any other output.
+  const Span kc = span_of(ap.k_cache, "append.k_cache"), vc = span_of(ap.v_cache, "append.v_cache");
+  if (overlaps(kc, vc)) fail("append.k_cache overlaps append.v_cache in memory");
+  std::vector<std::pair<Span, const char*>> others = side_arrays(a);
+  others.push_back({span_of(a.q, "q"), "q"});
+  others.push_back({span_of(ap.k_new, "append.k_new"), "append.k_new"});
+  others.push_back({span_of(ap.v_new, "append.v_new"), "append.v_new"});
+  if (ap.rotary_cos) {
+    const int64_t bytes = mul_checked(mul_checked(ap.rotary_positions, ap.rotary_dim / 2, "rotary table"), 4, "rotary table");
+    others.push_back({span_of(ap.rotary_cos, bytes), "append.rotary_cos"});
+    others.push_back({span_of(ap.rotary_sin, bytes), "append.rotary_sin"});
+  }
+  for (const auto& o : others) {
+    if (overlaps(kc, o.first)) fail("append.k_cache overlaps ", o.second, " in memory");
+    if (overlaps(vc, o.first)) fail("append.v_cache overlaps ", o.second, " in memory");
+  }
+}
+
 }  // namespace
 
 void validate(const AttentionArgs& a) {
@@ -117,15 +272,34 @@ void validate(const AttentionArgs& a) {
 }
 
 void validate(const ForwardArgs& a) {
-  check_inputs(a);
-  check_out_and_lse(a, a.out, a.lse);
-  check_options(a);
+  if (a.num_splits < 0) fail("num_splits (", a.num_splits, ") must be >= 0 (0: chosen from the shape)");
+  // With an append the call attends over the caches: check it as that call, then the append itself.
+  const bool append = a.append.used();
+  AttentionArgs eff = a;
+  if (append) {
+    check_tensor(a.append.k_cache, "append.k_cache");
+    check_tensor(a.append.v_cache, "append.v_cache");
+    check_tensor(a.append.k_new, "append.k_new");
+    check_tensor(a.append.v_new, "append.v_new");
+    eff.k = a.append.k_cache;
+    eff.v = a.append.v_cache;
+  }
+  check_inputs(eff);
+  check_out_and_lse(eff, a.out, a.lse);
+  check_options(eff, append ? a.append.k_new.seq : 0);
+  if (append) check_append(a, eff);
   // Outputs: no self-overlap, and no overlap with any input.
   check_no_self_overlap(a.out, "out");
   const Span out_span = span_of(a.out, "out");
   const Span lse_span = span_of(a.lse, lse_bytes(a));
-  const std::pair<Span, const char*> inputs[] = {
-      {span_of(a.q, "q"), "q"}, {span_of(a.k, "k"), "k"}, {span_of(a.v, "v"), "v"}};
+  std::vector<std::pair<Span, const char*>> inputs = side_arrays(a);
+  inputs.push_back({span_of(a.q, "q"), "q"});
+  inputs.push_back({span_of(eff.k, append ? "append.k_cache" : "k"), append ? "append.k_cache" : "k"});
+  inputs.push_back({span_of(eff.v, append ? "append.v_cache" : "v"), append ? "append.v_cache" : "v"});
+  if (append) {
+    inputs.push_back({span_of(a.append.k_new, "append.k_new"), "append.k_new"});
+    inputs.push_back({span_of(a.append.v_new, "append.v_new"), "append.v_new"});
+  }
   for (const auto& in : inputs) {
     if (overlaps(out_span, in.first)) fail("out overlaps input ", in.second, " in memory");
     if (overlaps(lse_span, in.first)) fail("lse overlaps input ", in.second, " in memory");
@@ -134,6 +308,7 @@ void validate(const ForwardArgs& a) {
 }
 
 void validate(const BackwardArgs& a) {
+  if (a.block_table) fail("block_table is set: the backward does not support paged K/V (forward only)");
   check_inputs(a);
   check_out_and_lse(a, a.out, a.lse);
   check_options(a);
@@ -142,10 +317,11 @@ void validate(const BackwardArgs& a) {
   check_tensor(a.dq, "dq");
   check_tensor(a.dk, "dk");
   check_tensor(a.dv, "dv");
-  check_same_shape(a.dout, "dout", a.q, "q");
+  check_same_shape(a.dout, "dout", a.out, "out");
   check_same_shape(a.dq, "dq", a.q, "q");
   check_same_shape(a.dk, "dk", a.k, "k");
-  check_same_shape(a.dv, "dv", a.k, "k");
+  check_same_shape(a.dv, "dv", a.v, "v");
+  if (a.dsinks && !a.sinks) fail("dsinks is set but sinks is null");
   const std::pair<const Tensor*, const char*> outs[] = {{&a.dq, "dq"}, {&a.dk, "dk"}, {&a.dv, "dv"}};
   const std::pair<Span, const char*> inputs[] = {{span_of(a.q, "q"), "q"},       {span_of(a.k, "k"), "k"},
                                                  {span_of(a.v, "v"), "v"},       {span_of(a.out, "out"), "out"},
@@ -155,6 +331,17 @@ void validate(const BackwardArgs& a) {
     const Span s = span_of(*o.first, o.second);
     for (const auto& in : inputs)
       if (overlaps(s, in.first)) fail(o.second, " overlaps input ", in.second, " in memory");
+  }
+  if (a.dsinks) {
+    if (reinterpret_cast<uintptr_t>(a.dsinks) % alignof(float) != 0)
+      fail("dsinks (", static_cast<const void*>(a.dsinks), ") is not 4-byte aligned");
+    const Span ds = span_of(a.dsinks, a.q.heads * 4);
+    for (const auto& in : inputs)
+      if (overlaps(ds, in.first)) fail("dsinks overlaps input ", in.second, " in memory");
+    for (const auto& in : side_arrays(a))
+      if (overlaps(ds, in.first)) fail("dsinks overlaps input ", in.second, " in memory");
+    for (const auto& o : outs)
+      if (overlaps(ds, span_of(*o.first, o.second))) fail("dsinks overlaps ", o.second, " in memory");
   }
   for (int i = 0; i < 3; ++i)
     for (int j = i + 1; j < 3; ++j)

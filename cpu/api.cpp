@@ -1,10 +1,13 @@
 // Entry points of flashattn::cpu (include/flashattn/cpu.hpp): validate, plan, dispatch once.
+#include <algorithm>
 #include <string>
 
+#include "flashattn/append.hpp"
 #include "flashattn/cpu.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/validate.hpp"
 #include "decode.h"
+#include "options.h"
 #include "plan.h"
 
 namespace flashattn::cpu {
@@ -25,38 +28,70 @@ int64_t choose_target(const Config& c) {
 
 }  // namespace
 
+// The general path (docs/semantics.md, Inference): validate everything, then write the appended
+// rows into the caches (apply_append), then attend. Paged K/V and sinks run in the kernels; dv != d
+// by zero padding (options.h). num_splits is not used by this path: it computes every row unsplit,
+// which the contract allows (any split count agrees within the rule) and is bitwise independent of
+// the thread count.
 void forward(const ForwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c, false);
-  if (detail::decode_applies(a, c, p)) {
-    detail::decode_on_target(choose_target(c), a, p, detail::make_decode_plan(a, c, p, 0));
-    return;
+  const int64_t target = choose_target(c);
+  const AppendedCall call = apply_append(a);
+  // Decode-shaped calls (cpu/decode.h: a rule on the shapes only) take the decode path, which reads
+  // paged K/V, dv != d and sinks in place and honours num_splits.
+  {
+    const detail::Plan p = detail::make_plan(call.args, c, false);
+    if (detail::decode_applies(call.args, c, p)) {
+      detail::decode_on_target(target, call.args, p, detail::make_decode_plan(call.args, c, p, call.args.num_splits));
+      return;
+    }
   }
-  detail::forward_on_target(choose_target(c), a, p);
+  detail::forward_equal_dims(call.args, [&](const ForwardArgs& f) {
+    const detail::Plan p = detail::make_plan(f, c, false);
+    detail::forward_on_target(target, f, p);
+  });
 }
 
 void backward(const BackwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c, true);
-  detail::backward_on_target(choose_target(c), a, p);
+  const int64_t target = choose_target(c);
+  detail::backward_equal_dims(a, [&](const BackwardArgs& f) {
+    const detail::Plan p = detail::make_plan(f, c, true);
+    detail::backward_on_target(target, f, p);
+  });
+  detail::sink_gradients(a);
 }
 
+// The kernels' scratch for the call as the general path runs it: over the caches with an append, with
+// equal head dims (the padded copies of dv != d and the rotated queries are not counted).
 size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c, false);
-  if (detail::decode_applies(a, c, p)) {
-    const detail::DecodePlan dp = detail::make_decode_plan(a, c, p, 0);
-    return (static_cast<size_t>(p.threads) * detail::decode_scratch_floats(dp, p.exact_scores) +
-            detail::decode_partial_floats(dp, p.sequences, a.k.heads, a.v.dim)) *
-           sizeof(float);
+  ForwardArgs f = a;
+  if (a.append.used()) {
+    f.k = a.append.k_cache;
+    f.v = a.append.v_cache;
+    f.append = KvAppend{};
   }
+  {
+    const detail::Plan p = detail::make_plan(f, c, false);
+    if (detail::decode_applies(f, c, p)) {
+      const detail::DecodePlan dp = detail::make_decode_plan(f, c, p, f.num_splits);
+      return (static_cast<size_t>(p.threads) * detail::decode_scratch_floats(dp, p.exact_scores) +
+              detail::decode_partial_floats(dp, p.sequences, f.k.heads, f.v.dim)) *
+             sizeof(float);
+    }
+  }
+  f.q.dim = f.k.dim = std::max(a.q.dim, f.v.dim);
+  const detail::Plan p = detail::make_plan(f, c, false);
   return (static_cast<size_t>(p.threads) * detail::forward_scratch_floats(p) + detail::forward_shared_floats(p)) *
          sizeof(float);
 }
 
 size_t workspace_bytes(const BackwardArgs& a, const Config& c) {
   validate(a);
-  const detail::Plan p = detail::make_plan(a, c, true);
+  BackwardArgs f = a;
+  f.q.dim = f.k.dim = std::max(a.q.dim, a.v.dim);
+  const detail::Plan p = detail::make_plan(f, c, true);
   return (static_cast<size_t>(p.threads) * detail::backward_scratch_floats(p) + detail::backward_partial_floats(p)) *
          sizeof(float);
 }

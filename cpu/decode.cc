@@ -247,18 +247,34 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_R
 }
 
 // Reads keys [c0, c1) of head kvh of sequence seq into the fp32 tiles kt, vt (rows padded with the
-// zeros already there) and prefetches the next `ahead` keys into L2.
+// zeros already there), each row where it lives (key_row: contiguous, strided or through the block
+// table), and prefetches the next `ahead` keys into L2.
 void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int64_t c0, int64_t c1, int64_t ahead,
               int64_t key_end, const DecodePlan& dp, float* kt, float* vt) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
   for (int64_t j = c1; j < std::min(c1 + ahead, key_end); ++j) {
-    prefetch_row(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), dim, PrefetchFor::read_soon);
-    prefetch_row(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), dv, PrefetchFor::read_soon);
+    const KeyRow at = key_row(a, seq, j);
+    prefetch_row(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, PrefetchFor::read_soon);
+    prefetch_row(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dv, PrefetchFor::read_soon);
   }
   for (int64_t j = c0; j < c1; ++j) {
-    WidenRow(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), dim, kt + (j - c0) * dp.dpad);
-    WidenRow(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), dv, vt + (j - c0) * dp.dvpad);
+    const KeyRow at = key_row(a, seq, j);
+    WidenRow(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kt + (j - c0) * dp.dpad);
+    WidenRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dv, vt + (j - c0) * dp.dvpad);
   }
+}
+
+// Adds a sink logit to a finished row (O normalised over its keys, LSE = log Σ exp S): the sink
+// joins the denominator with no value, as one more merged part with O = 0: m = max(LSE, sink),
+// O ·= exp(LSE − m) / (exp(LSE − m) + exp(sink − m)), LSE = m + log(that sum). A row that saw no
+// key keeps O = 0 and gets LSE = sink; a NaN row stays NaN. Returns the new LSE.
+float AddSink(float* HWY_RESTRICT o, int64_t dv, float lse, float sink) {
+  const float m = std::fmax(lse, sink);
+  const float wl = lse == -kInf ? 0.0f : std::exp(lse - m), ws = std::exp(sink - m);
+  const float sum = wl + ws;
+  const float c = wl / sum;
+  for (int64_t x = 0; x < dv; ++x) o[x] *= c;
+  return m + std::log(sum);
 }
 
 // Runs work item (sequence s, key/value head kvh, split c). With one split it writes the rows' out
@@ -381,7 +397,8 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
     for (int64_t x = 0; x < dp.dvpad; x += L) {
       hn::Store(seen ? hn::Div(hn::Load(d, o + x), lv) : hn::Zero(d), d, o + x);
     }
-    const float lse = seen ? w.m[r] + std::log(l) : -kInf;
+    float lse = seen ? w.m[r] + std::log(l) : -kInf;
+    if (!part_o && a.sinks) lse = AddSink(o, dv, lse, a.sinks[ri.h]);
     if (part_o) {
       std::copy(o, o + dv, part_o + r * dv);
       part_lse[r] = lse;
@@ -427,6 +444,7 @@ void CombineSplits(const ForwardArgs& a, const DecodePlan& dp, int64_t s, int64_
       }
       lse = m + std::log(sum);
     }
+    if (a.sinks) lse = AddSink(row, dv, lse, a.sinks[h]);
     store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + i, h), dv, row);
     if (a.lse) a.lse[lse_index(a, seq, h, i)] = lse;
   }

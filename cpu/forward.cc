@@ -100,8 +100,10 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       w.kbeg[i] = w.kend[i] = 0;
     }
     std::fill(qi + dim, qi + p.dpad, 0.0f);
-    w.m[i] = -inf;
-    w.l[i] = 0.0f;
+    // An attention sink is the softmax's initial state: a running max of sink with sum exp(0) = 1
+    // and no value. A row that then sees no key ends with O = 0/1 = 0 and LSE = sink.
+    w.m[i] = a.sinks ? a.sinks[h] : -inf;
+    w.l[i] = a.sinks ? 1.0f : 0.0f;
   }
   Transpose(d, w.rows, p.dpad, W, dim, w.qt, ld);
   for (int64_t x = 0; x < p.dpad; ++x) {

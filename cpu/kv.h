@@ -55,17 +55,19 @@ inline void in_place_kv(const AttentionArgs& a, const Sequence& seq, int64_t kvh
 }
 
 // Widens keys [0, seq.mask.seqlen_k) of head kvh of k and v into the contiguous rows kc, vc (dim
-// floats each) with `widen`.
+// floats each) with `widen`. With a block table the rows are gathered from their pages (key_row).
 inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t dim, float* kc, float* vc,
                       WidenFn widen) {
   constexpr int64_t kAhead = 8;  // rows prefetched ahead of the copy (strided rows defeat the hardware prefetcher)
   for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
     if (j + kAhead < seq.mask.seqlen_k) {
-      prefetch_row(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j + kAhead, kvh), dim);
-      prefetch_row(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j + kAhead, kvh), dim);
+      const KeyRow ahead = key_row(a, seq, j + kAhead);
+      prefetch_row(a.k.data, a.k.dtype, a.k.offset(ahead.batch, ahead.row, kvh), dim);
+      prefetch_row(a.v.data, a.v.dtype, a.v.offset(ahead.batch, ahead.row, kvh), dim);
     }
-    widen(a.k.data, a.k.dtype, a.k.offset(seq.batch, seq.k_start + j, kvh), dim, kc + j * dim);
-    widen(a.v.data, a.v.dtype, a.v.offset(seq.batch, seq.k_start + j, kvh), dim, vc + j * dim);
+    const KeyRow at = key_row(a, seq, j);
+    widen(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kc + j * dim);
+    widen(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dim, vc + j * dim);
   }
 }
 

@@ -44,7 +44,8 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   p.threads = c.threads > 0 ? c.threads : omp_get_max_threads();
   const int64_t nseq = num_sequences(a);
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
-  p.max_k = max_rows(a.cu_seqlens_k, nseq, a.k.seq);
+  // Paged K/V: a sequence holds up to its pages' capacity, gathered into the fp32 head copy.
+  p.max_k = a.block_table ? a.block_table_pages * a.k.seq : max_rows(a.cu_seqlens_k, nseq, a.k.seq);
   if (backward) {  // the backward's own defaults (plan.h)
     const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
     p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
@@ -56,7 +57,7 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   p.sequences = nseq;
   p.heads_q = a.q.heads;
   p.softcap = a.softcap > 0;
-  p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim;
+  p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim || a.block_table;
   // 16-bit results round far above the fp32 rounding of S; fp32 ones do not at large scores
   // (score-inl.h, "Exact scores").
   p.exact_scores = a.q.dtype == DType::f32 && c.scores != ScorePrecision::fp32;

@@ -148,6 +148,16 @@ void check_gpu(const AttentionArgs& a, const float* lse, int64_t nseq, std::init
   check_device_pointer(lse, "lse");
 }
 
+// Rejects the inference options of issue 12 that the GPU kernels do not implement yet, before any
+// device array is read (docs/semantics.md: a backend rejects what it does not support).
+void reject_inference_options(const AttentionArgs& a) {
+  if (a.sinks) throw Error("gpu: sinks (attention sinks) are not supported yet; use flashattn::cpu");
+  if (a.block_table) throw Error("gpu: block_table (paged K/V) is not supported yet; use flashattn::cpu");
+  if (a.v.dim != a.q.dim)
+    throw Error("gpu: v.dim (" + std::to_string(a.v.dim) + ") != q.dim (" + std::to_string(a.q.dim) +
+                ") is not supported yet; use flashattn::cpu");
+}
+
 // Scratch memory allocated and freed in stream order.
 class DeviceBuffer {
  public:
@@ -185,6 +195,10 @@ std::string unsupported_reason(DType dtype, int64_t head_dim) {
 
 void forward(const ForwardArgs& a, cudaStream_t stream) {
   using namespace detail;
+  reject_inference_options(a);
+  if (a.append.used()) throw Error("gpu: append (KV-cache append with rotary) is not supported yet; use flashattn::cpu");
+  if (a.num_splits != 0 && a.num_splits != 1)
+    throw Error("gpu: num_splits (" + std::to_string(a.num_splits) + ") is not supported yet (0 or 1 only)");
   ForwardArgs host = a;
   HostArrays arrays;
   copy_arrays(a, host, arrays, stream);
@@ -206,6 +220,8 @@ size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic) {
 
 void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   using namespace detail;
+  reject_inference_options(a);
+  if (a.dsinks) throw Error("gpu: dsinks is not supported yet; use flashattn::cpu");
   BackwardArgs host = a;
   HostArrays arrays;
   copy_arrays(a, host, arrays, stream);

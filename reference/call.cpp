@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "flashattn/append.hpp"
 #include "flashattn/convert.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
@@ -22,6 +23,19 @@ std::vector<Acc> gather(const ConstTensor& t, int64_t b, int64_t row0, int64_t r
   return r;
 }
 
+// Copies keys [0, rows) of head h of sequence seq from k or v (through the block table when the call
+// has one) into a dense [rows x dim] array.
+template <class Acc>
+std::vector<Acc> gather_keys(const AttentionArgs& a, const ConstTensor& t, const Sequence& seq, int64_t rows, int64_t h) {
+  std::vector<Acc> r(static_cast<size_t>(rows * t.dim));
+  for (int64_t j = 0; j < rows; ++j) {
+    const KeyRow at = key_row(a, seq, j);
+    const int64_t base = t.offset(at.batch, at.row, h);
+    for (int64_t x = 0; x < t.dim; ++x) r[j * t.dim + x] = static_cast<Acc>(load_as_float(t.data, t.dtype, base + x));
+  }
+  return r;
+}
+
 // Returns the index of (b, s, h, 0) in a dense array with t's sizes.
 int64_t dense_index(const ConstTensor& t, int64_t b, int64_t s, int64_t h) {
   return ((b * t.seq + s) * t.heads + h) * t.dim;
@@ -32,6 +46,9 @@ Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h) {
   hd.nq = seq.mask.seqlen_q;
   hd.nk = seq.mask.seqlen_k;
   hd.d = a.q.dim;
+  hd.dv = a.v.dim;
+  hd.has_sink = a.sinks != nullptr;
+  hd.sink = a.sinks ? a.sinks[h] : 0.0;
   hd.scale = effective_scale(a);
   hd.softcap = a.softcap;
   hd.slope = alibi_slope(a, seq.index, h);
@@ -49,7 +66,8 @@ detail::Rounding<Acc> rounding_for(const AttentionArgs& a, Precision p) {
 template <class Acc>
 ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
   ForwardValues r;
-  r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
+  r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.v.dim), 0.0);
+  const ConstTensor out_shape(nullptr, a.q.dtype, a.q.batch, a.q.seq, a.q.heads, a.v.dim, 0, 0, 0);
   r.lse.assign(static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq), 0.0);
   const auto rnd = rounding_for<Acc>(a, p);
   for (int64_t s = 0; s < num_sequences(a); ++s) {
@@ -58,13 +76,13 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
       const Head hd = head_of(a, seq, h);
       const int64_t hk = kv_head(h, a.q.heads, a.k.heads);
       const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
-      const auto k = gather<Acc>(a.k, seq.batch, seq.k_start, hd.nk, hk);
-      const auto v = gather<Acc>(a.v, seq.batch, seq.k_start, hd.nk, hk);
-      std::vector<Acc> out(static_cast<size_t>(hd.nq * hd.d)), lse(static_cast<size_t>(hd.nq));
+      const auto k = gather_keys<Acc>(a, a.k, seq, hd.nk, hk);
+      const auto v = gather_keys<Acc>(a, a.v, seq, hd.nk, hk);
+      std::vector<Acc> out(static_cast<size_t>(hd.nq * hd.dv)), lse(static_cast<size_t>(hd.nq));
       detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data());
       for (int64_t i = 0; i < hd.nq; ++i) {
-        const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
-        for (int64_t x = 0; x < hd.d; ++x) r.out[o + x] = out[i * hd.d + x];
+        const int64_t o = dense_index(out_shape, seq.batch, seq.q_start + i, h);
+        for (int64_t x = 0; x < hd.dv; ++x) r.out[o + x] = out[i * hd.dv + x];
         r.lse[lse_index(a, seq, h, i)] = lse[i];
       }
     }
@@ -77,24 +95,26 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
   BackwardValues r;
   r.dq.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
   r.dk.assign(static_cast<size_t>(a.k.batch * a.k.seq * a.k.heads * a.k.dim), 0.0);
-  r.dv.assign(r.dk.size(), 0.0);
+  r.dv.assign(static_cast<size_t>(a.v.batch * a.v.seq * a.v.heads * a.v.dim), 0.0);
+  if (a.sinks) r.dsinks.assign(static_cast<size_t>(a.q.heads), 0.0);
+  std::vector<Acc> dsinks(static_cast<size_t>(a.q.heads), 0);  // summed over sequences in order
   const auto rnd = rounding_for<Acc>(a, p);
   const int64_t group = a.q.heads / a.k.heads;
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
     for (int64_t hk = 0; hk < a.k.heads; ++hk) {
-      const int64_t nk = seq.mask.seqlen_k, d = a.q.dim;
+      const int64_t nk = seq.mask.seqlen_k, d = a.q.dim, e = a.v.dim;
       const auto k = gather<Acc>(a.k, seq.batch, seq.k_start, nk, hk);
       const auto v = gather<Acc>(a.v, seq.batch, seq.k_start, nk, hk);
       // dK and dV of a key head sum the gradients of its query heads, in head order (reversed in
       // the reversed naive variant).
-      std::vector<Acc> dk_sum(static_cast<size_t>(nk * d), 0), dv_sum(dk_sum.size(), 0);
+      std::vector<Acc> dk_sum(static_cast<size_t>(nk * d), 0), dv_sum(static_cast<size_t>(nk * e), 0);
       for (int64_t t = 0; t < group; ++t) {
         const int64_t h = hk * group + rnd.at(group, t);
         const Head hd = head_of(a, seq, h);
         const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
         const auto dout = gather<Acc>(a.dout, seq.batch, seq.q_start, hd.nq, h);
-        std::vector<Acc> dq(static_cast<size_t>(hd.nq * d)), dk(dk_sum.size()), dv(dk_sum.size());
+        std::vector<Acc> dq(static_cast<size_t>(hd.nq * d)), dk(dk_sum.size()), dv(dv_sum.size());
         std::vector<Acc> given_out, given_lse;
         if (p == Precision::fp64_given_out || p == Precision::fp64_given)
           given_out = gather<Acc>(a.out, seq.batch, seq.q_start, hd.nq, h);
@@ -102,28 +122,28 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
           given_lse.resize(static_cast<size_t>(hd.nq));
           for (int64_t i = 0; i < hd.nq; ++i) given_lse[i] = a.lse[lse_index(a, seq, h, i)];
         }
+        Acc dsink = 0;
         detail::backward_head<Acc>(hd, q.data(), k.data(), v.data(), dout.data(), rnd, dq.data(), dk.data(), dv.data(),
                                    given_out.empty() ? nullptr : given_out.data(),
-                                   given_lse.empty() ? nullptr : given_lse.data());
+                                   given_lse.empty() ? nullptr : given_lse.data(), a.sinks ? &dsink : nullptr);
+        dsinks[h] += dsink;
         for (int64_t i = 0; i < hd.nq; ++i) {
           const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
           for (int64_t x = 0; x < d; ++x) r.dq[o + x] = dq[i * d + x];
         }
-        for (size_t e = 0; e < dk_sum.size(); ++e) {
-          dk_sum[e] += dk[e];
-          dv_sum[e] += dv[e];
-        }
+        for (size_t x = 0; x < dk_sum.size(); ++x) dk_sum[x] += dk[x];
+        for (size_t x = 0; x < dv_sum.size(); ++x) dv_sum[x] += dv[x];
       }
       // Keys past seqlens_k (still rows of this sequence) keep their zero gradient.
       for (int64_t j = 0; j < nk; ++j) {
         const int64_t o = dense_index(a.k, seq.batch, seq.k_start + j, hk);
-        for (int64_t x = 0; x < d; ++x) {
-          r.dk[o + x] = rnd(dk_sum[j * d + x]);
-          r.dv[o + x] = rnd(dv_sum[j * d + x]);
-        }
+        for (int64_t x = 0; x < d; ++x) r.dk[o + x] = rnd(dk_sum[j * d + x]);
+        const int64_t ov = dense_index(a.v, seq.batch, seq.k_start + j, hk);
+        for (int64_t x = 0; x < e; ++x) r.dv[ov + x] = rnd(dv_sum[j * e + x]);
       }
     }
   }
+  for (size_t h = 0; h < r.dsinks.size(); ++h) r.dsinks[h] = dsinks[h];  // fp32 output: not rounded to the dtype
   return r;
 }
 
@@ -165,8 +185,11 @@ BackwardValues backward_values(const BackwardArgs& a, Precision p) {
   return wide ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
 }
 
-void forward(const ForwardArgs& a, Precision p) {
-  validate(a);  // the outputs too: forward_values checks only what it reads
+void forward(const ForwardArgs& a_in, Precision p) {
+  validate(a_in);  // the outputs too: forward_values checks only what it reads
+  // An append writes the caches first, then the call is the plain one over them.
+  const AppendedCall appended = apply_append(a_in);
+  const ForwardArgs& a = appended.args;
   const ForwardValues r = forward_values_of_valid(a, p);
   scatter(a, r.out, a.out, q_rows);
   if (a.lse)
@@ -185,6 +208,8 @@ void backward(const BackwardArgs& a, Precision p) {
   scatter(a, r.dq, a.dq, q_rows);
   scatter(a, r.dk, a.dk, k_rows);
   scatter(a, r.dv, a.dv, k_rows);
+  if (a.dsinks)
+    for (int64_t h = 0; h < a.q.heads; ++h) a.dsinks[h] = static_cast<float>(r.dsinks[h]);
 }
 
 }  // namespace flashattn::reference

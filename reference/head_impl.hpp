@@ -36,7 +36,9 @@ struct HeadTiles {
   std::vector<Acc> s, capped, p;  // [nq x nk] each
 };
 
-// Passes 1-5: S = scale·Q Kᵀ, softcap, ALiBi, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij).
+// Passes 1-5: S = scale·Q Kᵀ, softcap, ALiBi, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij)
+// (+ exp(sink) with a sink: one more term of the denominator, no value; a row that sees no key then
+// has lse = sink and P = 0).
 // In Precision::magnitude lse[i] is instead the size of the terms LSE rounds at: the larger of
 // |lse_i| and Σ_j P_ij (|scale|·Σ_x |q_ix k_jx| + |ALiBi bias_ij|) (δLSE = Σ_j P_ij δS_ij, and each
 // S_ij is a sum of those terms).
@@ -82,11 +84,13 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
       if (sj > m || std::isnan(sj)) m = sj;
       if (std::isnan(m)) break;
     }
+    const Acc sink = static_cast<Acc>(h.sink);
+    if (h.has_sink && !std::isnan(m)) m = std::max(m, sink);
     if (m == kNegInf) {
       lse[i] = kNegInf;
       continue;
     }
-    Acc sum = 0;
+    Acc sum = h.has_sink ? std::exp(sink - m) : Acc(0);
     for (int64_t u = 0; u < nk; ++u) sum += std::exp(t.s[i * nk + rnd.at(nk, u)] - m);
     for (int64_t j = 0; j < nk; ++j) t.p[i * nk + j] = rnd(std::exp(t.s[i * nk + j] - m) / sum);
     lse[i] = m + std::log(sum);
@@ -98,17 +102,18 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
   }
 }
 
-// Pass 6: O = P V.
+// Pass 6: O = P V (the sink has no value: it adds nothing here).
 template <class Acc>
 void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> rnd, Acc* out) {
+  const int64_t dv = h.vdim();
   for (int64_t i = 0; i < h.nq; ++i)
-    for (int64_t x = 0; x < h.d; ++x) {
+    for (int64_t x = 0; x < dv; ++x) {
       Acc o = 0;
       for (int64_t u = 0; u < h.nk; ++u) {
         const int64_t j = rnd.at(h.nk, u);
-        o += rnd.term(t.p[i * h.nk + j] * v[j * h.d + x]);
+        o += rnd.term(t.p[i * h.nk + j] * v[j * dv + x]);
       }
-      out[i * h.d + x] = rnd(o);
+      out[i * dv + x] = rnd(o);
     }
 }
 
@@ -128,10 +133,11 @@ void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Round
 // what any implementation that takes out and lse as given computes before its own rounding.
 template <class Acc>
 void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, const Acc* dout, Rounding<Acc> rnd,
-                   Acc* dq, Acc* dk, Acc* dv, const Acc* given_out = nullptr, const Acc* given_lse = nullptr) {
-  const int64_t nq = h.nq, nk = h.nk, d = h.d;
+                   Acc* dq, Acc* dk, Acc* dv, const Acc* given_out = nullptr, const Acc* given_lse = nullptr,
+                   Acc* dsink = nullptr) {
+  const int64_t nq = h.nq, nk = h.nk, d = h.d, e = h.vdim();  // e: the value head dim
   HeadTiles<Acc> t;
-  std::vector<Acc> lse(nq), out(nq * d), delta(nq), ds(nq * nk);
+  std::vector<Acc> lse(nq), out(nq * e), delta(nq), ds(nq * nk);
   scores_and_probs(h, q, k, rnd, t, lse.data());
   if (given_lse)
     for (int64_t i = 0; i < nq; ++i)
@@ -142,21 +148,32 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
                               : rnd(std::exp(s - given_lse[i]));
       }
   if (given_out)
-    std::copy(given_out, given_out + nq * d, out.begin());
+    std::copy(given_out, given_out + nq * e, out.begin());
   else
     output(h, t, v, rnd, out.data());
   // 1. D = rowsum(dO ∘ O)
   for (int64_t i = 0; i < nq; ++i) {
     Acc s = 0;
-    for (int64_t u = 0; u < d; ++u) s += rnd.term(dout[i * d + rnd.at(d, u)] * out[i * d + rnd.at(d, u)]);
+    for (int64_t u = 0; u < e; ++u) s += rnd.term(dout[i * e + rnd.at(e, u)] * out[i * e + rnd.at(e, u)]);
     delta[i] = s;
+  }
+  // The sink: d loss / d sink = Σ_i dP_sink,i·P_sink,i − P_sink,i·D_i = −Σ_i P_sink,i·D_i (its value
+  // is zero, so dP_sink = 0), with P_sink,i = exp(sink − LSE_i).
+  if (dsink) {
+    Acc s = 0;
+    const Acc* l = given_lse ? given_lse : lse.data();
+    for (int64_t u = 0; u < nq; ++u) {
+      const int64_t i = rnd.at(nq, u);
+      if (h.has_sink && !std::isinf(l[i])) s += rnd.term(-std::exp(static_cast<Acc>(h.sink) - l[i]) * delta[i]);
+    }
+    *dsink = s;
   }
   // 2. dV = Pᵀ dO
   for (int64_t j = 0; j < nk; ++j)
-    for (int64_t x = 0; x < d; ++x) {
+    for (int64_t x = 0; x < e; ++x) {
       Acc s = 0;
-      for (int64_t u = 0; u < nq; ++u) s += rnd.term(t.p[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * d + x]);
-      dv[j * d + x] = rnd(s);
+      for (int64_t u = 0; u < nq; ++u) s += rnd.term(t.p[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * e + x]);
+      dv[j * e + x] = rnd(s);
     }
   // 3. dP = dO Vᵀ, 4. dS = P ∘ (dP − D), times the softcap derivative 1 − tanh² = 1 − (capped/c)².
   const Acc cap = static_cast<Acc>(h.softcap);
@@ -168,7 +185,7 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
         continue;
       }
       Acc dp = 0;
-      for (int64_t u = 0; u < d; ++u) dp += rnd.term(dout[i * d + rnd.at(d, u)] * v[j * d + rnd.at(d, u)]);
+      for (int64_t u = 0; u < e; ++u) dp += rnd.term(dout[i * e + rnd.at(e, u)] * v[j * e + rnd.at(e, u)]);
       Acc g = rnd.magnitude ? p * (dp + delta[i]) : rnd(p * (rnd(dp) - delta[i]));
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;

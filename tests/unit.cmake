@@ -14,6 +14,7 @@ add_executable(flashattn_unit
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_backward.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_varlen.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_accepts.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_inference.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_api.cpp)
 target_link_libraries(flashattn_unit PRIVATE flashattn::reference doctest::doctest)
 target_compile_options(flashattn_unit PRIVATE -Wall -Wextra)

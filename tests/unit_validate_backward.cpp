@@ -18,7 +18,7 @@ TEST_CASE("validate backward: forward checks apply") {
   Fixture fx;
   auto a = fx.bwd;
   SUBCASE("scale") { a.scale = std::numeric_limits<float>::quiet_NaN(); reject(fx, a, {"scale (nan) must be finite"}); }
-  SUBCASE("out shape") { a.out.dim = 4; reject(fx, a, {"out shape [2, 4, 4, 4] must equal q shape [2, 4, 4, 8]"}); }
+  SUBCASE("out shape") { a.out.dim = 4; reject(fx, a, {"out shape [2, 4, 4, 4] must be [B, Nq, Hq, v.dim] = [2, 4, 4, 8]"}); }
   SUBCASE("heads") { a.q.heads = a.out.heads = 3; reject(fx, a, {"k.heads (2) must divide q.heads (3)"}); }
 }
 
@@ -32,12 +32,12 @@ TEST_CASE("validate backward: lse is required") {
 TEST_CASE("validate backward: gradient shapes and dtypes") {
   Fixture fx;
   auto a = fx.bwd;
-  SUBCASE("dout") { a.dout.seq = 2; reject(fx, a, {"dout shape [2, 2, 4, 8] must equal q shape [2, 4, 4, 8]"}); }
+  SUBCASE("dout") { a.dout.seq = 2; reject(fx, a, {"dout shape [2, 2, 4, 8] must equal out shape [2, 4, 4, 8]"}); }
   SUBCASE("dq") { a.dq.heads = 2; reject(fx, a, {"dq shape [2, 4, 2, 8] must equal q shape [2, 4, 4, 8]"}); }
   SUBCASE("dk") { a.dk.heads = 4; reject(fx, a, {"dk shape [2, 5, 4, 8] must equal k shape [2, 5, 2, 8]"}); }
-  SUBCASE("dv") { a.dv.batch = 1; reject(fx, a, {"dv shape [1, 5, 2, 8] must equal k shape [2, 5, 2, 8]"}); }
+  SUBCASE("dv") { a.dv.batch = 1; reject(fx, a, {"dv shape [1, 5, 2, 8] must equal v shape [2, 5, 2, 8]"}); }
   SUBCASE("dq dtype") { a.dq.dtype = DType::f16; reject(fx, a, {"dq.dtype (f16) must equal q.dtype (f32)"}); }
-  SUBCASE("dout dtype") { a.dout.dtype = DType::bf16; reject(fx, a, {"dout.dtype (bf16) must equal q.dtype (f32)"}); }
+  SUBCASE("dout dtype") { a.dout.dtype = DType::bf16; reject(fx, a, {"dout.dtype (bf16) must equal out.dtype (f32)"}); }
   SUBCASE("dk enum") { a.dk.dtype = static_cast<DType>(9); reject(fx, a, {"dk.dtype (9) is not a DType"}); }
 }
 

@@ -25,12 +25,12 @@ TEST_CASE("validate forward: mismatched shapes") {
   Fixture fx;
   auto a = fx.forward();
   SUBCASE("k.dim") { a.k.dim = 4; reject(fx, a, {"k.dim (4) must equal q.dim (8)"}); }
-  SUBCASE("v.dim") { a.v.dim = 6; reject(fx, a, {"v.dim (6) must equal q.dim (8)"}); }
+  SUBCASE("v.dim without out.dim") { a.v.dim = 6; reject(fx, a, {"out shape [2, 4, 4, 8] must be [B, Nq, Hq, v.dim] = [2, 4, 4, 6]"}); }
   SUBCASE("k.batch") { a.k.batch = 1; a.v.batch = 1; reject(fx, a, {"k.batch (1) must equal q.batch (2)"}); }
   SUBCASE("v.seq") { a.v.seq = 3; reject(fx, a, {"v shape [2, 3, 2, 8] must equal k shape [2, 5, 2, 8]"}); }
   SUBCASE("v.heads") { a.v.heads = 1; reject(fx, a, {"v shape [2, 5, 1, 8]", "k shape [2, 5, 2, 8]"}); }
-  SUBCASE("out.seq") { a.out.seq = 3; reject(fx, a, {"out shape [2, 3, 4, 8] must equal q shape [2, 4, 4, 8]"}); }
-  SUBCASE("out.heads") { a.out.heads = 2; reject(fx, a, {"out shape [2, 4, 2, 8]", "q shape [2, 4, 4, 8]"}); }
+  SUBCASE("out.seq") { a.out.seq = 3; reject(fx, a, {"out shape [2, 3, 4, 8] must be [B, Nq, Hq, v.dim] = [2, 4, 4, 8]"}); }
+  SUBCASE("out.heads") { a.out.heads = 2; reject(fx, a, {"out shape [2, 4, 2, 8]", "[2, 4, 4, 8]"}); }
   SUBCASE("out.batch") { a.out.batch = 1; reject(fx, a, {"out shape [1, 4, 4, 8]"}); }
 }
 

@@ -1,9 +1,10 @@
 // The argument structs of the forward and backward passes, shared by every backend.
 //
 // AttentionArgs holds what both passes share: the input views q, k, v and every option that
-// defines the computation (scale, masks, soft-capping, ALiBi, key lengths, varlen). ForwardArgs adds
-// the forward's outputs; BackwardArgs adds the backward's inputs (the forward's out and lse, dout)
-// and its outputs. Inputs are read-only views (ConstTensor, const pointers): a const buffer needs
+// defines the computation (scale, masks, soft-capping, ALiBi, key lengths, varlen, attention sinks,
+// paged K/V). ForwardArgs adds the forward's outputs and the forward-only inference options (KV-cache
+// append with rotary embeddings, split-KV); BackwardArgs adds the backward's inputs (the forward's
+// out and lse, dout) and its outputs. Inputs are read-only views (ConstTensor, const pointers): a const buffer needs
 // no cast; outputs are writable (Tensor, float*). docs/semantics.md is the full contract.
 #pragma once
 
@@ -19,7 +20,8 @@ namespace flashattn {
 struct AttentionArgs {
   ConstTensor q;  // [B, Nq, Hq, d]
   ConstTensor k;  // [B, Nk, Hk, d], Hq % Hk == 0 (MQA/GQA: query head h reads key head h / (Hq/Hk))
-  ConstTensor v;  // [B, Nk, Hk, d]
+  ConstTensor v;  // [B, Nk, Hk, dv]: the value head dim dv may differ from d (out, dout, dv carry dv)
+                  // With a block table, k and v are page pools [num_pages, page_size, Hk, d / dv].
 
   std::optional<float> scale;  // multiplies q kᵀ; empty (the default): 1/sqrt(d). Any finite value,
                                // 0 and negative included, is used as given.
@@ -38,27 +40,88 @@ struct AttentionArgs {
   const int32_t* cu_seqlens_k = nullptr;
   int64_t varlen_batch = 0;                    // number of sequences when cu_seqlens_* are set
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // bounds on sequence lengths; 0: not given
+
+  // Attention sinks (gpt-oss): fp32 [Hq], one finite logit per query head shared by every sequence.
+  // It joins each row's softmax denominator and carries no value: P_ij = exp(S_ij - LSE_i) with
+  // LSE_i = log(sum_j exp(S_ij) + exp(sinks[h])); the sink is not scaled, capped, biased or masked.
+  // A row that sees no key then has O = 0 and LSE = sinks[h]. null: no sinks.
+  const float* sinks = nullptr;
+
+  // Paged K/V (as vLLM / flash_attn_with_kvcache): when set, k and v are page pools
+  // [num_pages, page_size, Hk, d] (k.batch = num_pages, k.seq = page_size >= 1) and the batch B is
+  // q.batch. block_table is int32 [B, block_table_pages] with block_table_stride elements between
+  // sequences' rows (0: block_table_pages). Key j of sequence b is row j % page_size of page
+  // block_table[b * stride + j / page_size]. Sequence b has seqlens_k[b] keys if seqlens_k is set,
+  // else block_table_pages * page_size. Only the entries of pages holding a key are read (and must
+  // lie in [0, num_pages)); pages may be shared between sequences and appear in any order. Forward
+  // only; not combined with cu_seqlens_q/k.
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  int64_t block_table_pages = 0;  // columns of the block table (max pages per sequence)
+};
+
+// New K/V rows appended to a KV cache by the forward call that attends over them (as
+// flash_attn_with_kvcache), with optional rotary embeddings. In use when any member differs from its
+// default (KvAppend::used). Then q's batch B has B sequences, AttentionArgs::k and v must be left
+// empty (the call attends over the caches) and seqlens_k is required: each sequence's cache length
+// BEFORE the call. The call first writes row t of k_new (rotated) and v_new to cache position
+// seqlens_k[b] + t (through the block table when one is set), then attends with
+// seqlens_k[b] + k_new.seq keys; query row i is rotated at position seqlens_k[b] + i (in scratch: q
+// is never modified). docs/semantics.md gives the exact order of operations and rounding.
+struct KvAppend {
+  Tensor k_cache;     // [B, capacity, Hk, d] contiguous-per-sequence cache, or a page pool
+                      // [num_pages, page_size, Hk, d] with a block table; read and written
+  Tensor v_cache;     // as k_cache with dv
+  ConstTensor k_new;  // [B, Nnew, Hk, d]: rows to append (Nnew may be 0)
+  ConstTensor v_new;  // [B, Nnew, Hk, dv]
+
+  // Rotary embeddings of k_new and q: fp32 tables [rotary_positions, rotary_dim / 2], row p the
+  // angles' cos / sin at position p. null (both): no rotary. rotary_dim is even, in [2, d]; only the
+  // first rotary_dim elements of each head rotate. interleaved: pairs (x[2r], x[2r+1]) (GPT-J);
+  // otherwise pairs (x[r], x[r + rotary_dim/2]) (GPT-NeoX, half-split).
+  const float* rotary_cos = nullptr;
+  const float* rotary_sin = nullptr;
+  int64_t rotary_dim = 0, rotary_positions = 0;
+  bool rotary_interleaved = false;
+
+  // Returns whether any member is set (the call appends).
+  bool used() const {
+    return k_cache.data || v_cache.data || k_new.data || v_new.data || k_cache.heads || v_cache.heads || k_new.heads ||
+           v_new.heads || rotary_cos || rotary_sin || rotary_dim || rotary_positions || rotary_interleaved;
+  }
 };
 
 // Arguments of one forward call: writes out, and lse if it is set.
 struct ForwardArgs : AttentionArgs {
-  Tensor out;            // [B, Nq, Hq, d], same dtype as q; written
+  Tensor out;            // [B, Nq, Hq, dv], same dtype as q; written
   float* lse = nullptr;  // optional output, fp32 [B, Hq, Nq] contiguous (varlen: B = 1, Nq = total)
+
+  KvAppend append;  // KV-cache append (+ rotary) before attending; unused by default
+
+  // Split-KV ("flash-decoding"): the keys of each (sequence, head) are cut into num_splits contiguous
+  // chunks whose partial results are combined by LSE as flashattn::merge does, in a fixed order.
+  // 0: chosen from the shape alone (never from the thread count: bits are the same for any number of
+  // threads); 1: unsplit. A performance knob: every value agrees with the unsplit result within the
+  // tolerance rule.
+  int64_t num_splits = 0;
 };
 
 // Arguments of one backward call: reads the forward's out and lse, and dout; writes dq, dk, dv
-// (dtype of q). backward_args(forward) copies the shared part and the forward's out and lse.
+// (dtype of q) and dsinks if set. A block table is rejected (paged K/V is forward-only). backward_args(forward) copies the shared part and the forward's out and lse.
 struct BackwardArgs : AttentionArgs {
-  ConstTensor out;             // [B, Nq, Hq, d]: the forward's output, as the forward wrote it
+  ConstTensor out;             // [B, Nq, Hq, dv]: the forward's output, as the forward wrote it
   const float* lse = nullptr;  // required: the forward's log-sum-exp, fp32 [B, Hq, Nq]
-  ConstTensor dout;            // [B, Nq, Hq, d]
+  ConstTensor dout;            // [B, Nq, Hq, dv]
   Tensor dq;                   // [B, Nq, Hq, d]; written
   Tensor dk;                   // [B, Nk, Hk, d]; written (summed over the query heads of a group)
-  Tensor dv;                   // [B, Nk, Hk, d]; written
+  Tensor dv;                   // [B, Nk, Hk, dv]; written
+  float* dsinks = nullptr;     // optional (needs sinks): fp32 [Hq], d loss / d sinks[h], summed over
+                               // every row of every sequence; written when set
 };
 
 // Returns backward arguments with the inputs and options of `forward` and its out and lse as the
-// backward's inputs; dout, dq, dk and dv are left for the caller to set.
+// backward's inputs; dout, dq, dk, dv and dsinks are left for the caller to set. The forward-only
+// options (append, num_splits) are not part of a backward call.
 inline BackwardArgs backward_args(const ForwardArgs& forward) {
   BackwardArgs b;
   static_cast<AttentionArgs&>(b) = forward;

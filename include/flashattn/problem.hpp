@@ -52,9 +52,26 @@ FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_s
 
 // Returns sequence s (0 <= s < num_sequences(a)) of a validated call. Reads host arrays
 // (cu_seqlens, seqlens_k): backends holding device pointers pass a host copy.
+// With a block table, a sequence's rows are its pages' capacity (block_table_pages · page size) and
+// k_start is 0: locate its keys with key_row.
 inline Sequence sequence(const AttentionArgs& a, int64_t s) {
-  return make_sequence(s, a.q.seq, a.k.seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a.causal, a.window_left,
+  const int64_t k_seq = a.block_table ? a.block_table_pages * a.k.seq : a.k.seq;
+  return make_sequence(s, a.q.seq, k_seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a.causal, a.window_left,
                        a.window_right);
+}
+
+// Where key j of a sequence lives in k and v: batch index (the page with a block table) and row.
+struct KeyRow {
+  int64_t batch = 0, row = 0;
+};
+
+// Returns the location of key j (0 <= j < seq.k_rows) of sequence seq of a validated call: row
+// j % page_size of page block_table[b·stride + j / page_size] with a block table, else row
+// k_start + j of batch seq.batch.
+inline KeyRow key_row(const AttentionArgs& a, const Sequence& seq, int64_t j) {
+  if (!a.block_table) return {seq.batch, seq.k_start + j};
+  const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+  return {a.block_table[seq.index * stride + j / a.k.seq], j % a.k.seq};
 }
 
 // Returns the scale 1/sqrt(d) used when AttentionArgs::scale is empty.

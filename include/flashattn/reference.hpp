@@ -41,31 +41,37 @@ enum class Precision : uint8_t {
                            // that taking out and lse as given makes unavoidable (tests add it).
 };
 
-// One (batch, head) problem, dense row-major fp64: q [nq x d], k and v [nk x d].
+// One (batch, head) problem, dense row-major fp64: q [nq x d], k [nk x d], v [nk x dv].
 struct Head {
   int64_t nq = 0, nk = 0, d = 0;
+  int64_t dv = 0;                            // value head dim; 0: d
   double scale = 1, softcap = 0, slope = 0;  // softcap 0: off; slope 0: no ALiBi
+  bool has_sink = false;                     // an attention sink joins each row's denominator
+  double sink = 0;                           // its logit (used when has_sink)
   Mask mask;                                 // mask.seqlen_q == nq, mask.seqlen_k == nk
+  int64_t vdim() const { return dv ? dv : d; }
 };
 
 // Forward of one head in fp64, written as numbered passes (S, softcap, ALiBi, mask, P, O, LSE).
-// out [nq x d]; lse [nq] (-inf for rows that see no key, whose out row is 0).
+// out [nq x dv]; lse [nq] (-inf for rows that see no key, whose out row is 0; with a sink: the sink).
 void head_forward(const Head& h, const double* q, const double* k, const double* v, double* out,
                   double* lse);
 
 // Backward of one head in fp64 with P materialised: D = rowsum(dO∘O), dV = Pᵀ dO, dP = dO Vᵀ,
 // dS = P∘(dP − D) (times the softcap derivative), dQ = scale·dS K, dK = scale·dSᵀ Q.
-// dq [nq x d], dk and dv [nk x d] are overwritten.
+// dq [nq x d], dk [nk x d] and dv [nk x dv] are overwritten; with a sink, *dsink (if not null) is
+// set to d loss / d sink = −Σ_i exp(sink − LSE_i)·D_i.
 void head_backward(const Head& h, const double* q, const double* k, const double* v, const double* dout,
-                   double* dq, double* dk, double* dv);
+                   double* dq, double* dk, double* dv, double* dsink = nullptr);
 
-// Unrounded results of a whole call. out is dense [B, Nq, Hq, d] with q's sizes (varlen: B = 1),
-// lse dense [B, Hq, Nq]; dq dense like q, dk and dv dense like k.
+// Unrounded results of a whole call. out is dense [B, Nq, Hq, dv] with q's sizes and v's dim
+// (varlen: B = 1), lse dense [B, Hq, Nq]; dq dense like q, dk like k, dv like v; dsinks [Hq] (empty
+// without sinks).
 struct ForwardValues {
   std::vector<double> out, lse;
 };
 struct BackwardValues {
-  std::vector<double> dq, dk, dv;
+  std::vector<double> dq, dk, dv, dsinks;
 };
 
 // Validates the inputs and options of `a`, then returns the forward results before rounding to
@@ -77,10 +83,12 @@ ForwardValues forward_values(const AttentionArgs& a, Precision p = Precision::fp
 // Precision::fp64_given_out (a.out) and fp64_given (a.out and a.lse).
 BackwardValues backward_values(const BackwardArgs& a, Precision p = Precision::fp64);
 
-// Validates `a` and writes a.out (rounded to nearest even in its dtype) and a.lse if set.
+// Validates `a` and writes a.out (rounded to nearest even in its dtype) and a.lse if set. With an
+// append, first writes the new rows into the caches (flashattn::apply_append) and attends over them;
+// num_splits is ignored (the oracle never splits).
 void forward(const ForwardArgs& a, Precision p = Precision::fp64);
 
-// Validates `a` and writes a.dq, a.dk, a.dv.
+// Validates `a` and writes a.dq, a.dk, a.dv and a.dsinks if set.
 void backward(const BackwardArgs& a, Precision p = Precision::fp64);
 
 }  // namespace flashattn::reference
