@@ -185,7 +185,7 @@ struct DecodeCall {
 
 }  // namespace
 
-TEST_CASE("cpu decode: decode-shaped calls agree with the oracle on every target; paged == contiguous bitwise; "
+TEST_CASE("cpu decode: decode-shaped calls agree with the oracle on every target, paged == contiguous bitwise, "
           "any thread count gives the same bits") {
   for (const flashattn::cpu::Target& t : flashattn::cpu::targets()) {
     props::check("cpu-decode-" + t.name, [t] {
