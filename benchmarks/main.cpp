@@ -17,6 +17,7 @@
 #include "machine.hpp"
 #include "options.hpp"
 #include "peak.hpp"
+#include "decode_bench.hpp"
 #include "plot.hpp"
 #include "problem_data.hpp"
 #include "report.hpp"
@@ -200,6 +201,9 @@ void print_tile_summary(const std::vector<Result>& rs) {
 
 int run(int argc, char** argv) {
   ensure_openblas_coretype(argc, argv);
+#ifdef FLASHATTN_HAVE_CPU
+  if (decode_mode_requested(argc, argv)) return run_decode(argc, argv);  // decode_bench.hpp
+#endif
   Options o;
   const std::vector<std::string> available = available_impls();
   if (const int code = parse_options(argc, argv, available, o); code >= 0) return code;
