@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -88,24 +89,32 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 };
 
-// Returns the median and minimum seconds of `reps` calls of f (after one untimed warm-up call).
+// The times of `reps` calls: median and minimum wall seconds, and the process CPU seconds per call
+// (all threads): on a shared host, wall ≫ cpu / threads says the call waited for a core.
+struct Timing {
+  double median = 0, min = 0, cpu = 0;
+};
+
+// Times `reps` calls of f (after one untimed warm-up call).
 template <class F>
-std::pair<double, double> time_calls(int reps, F&& f) {
+Timing time_calls(int reps, F&& f) {
   f();
   std::vector<double> t;
+  const std::clock_t c0 = std::clock();
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC / reps;
   std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t.front()};
+  return {t[t.size() / 2], t.front(), cpu};
 }
 
 struct Row {
   std::string dtype, layout, impl;
   int64_t batch, nk;
-  double median_s, min_s, gbps, percent;
+  double median_s, min_s, cpu_s, gbps, percent;
   std::string status;
 };
 
@@ -186,13 +195,13 @@ int run_decode(int argc, char** argv) {
         a.causal = nq > 1;  // a speculative step's rows see the cache and the rows before them
         a.num_splits = o.splits;
         const double bytes = 2.0 * static_cast<double>(kv_elems) * static_cast<double>(es);
-        auto record = [&](const std::string& layout, const std::string& impl, std::pair<double, double> tm,
-                          const std::string& status) {
-          Row r{ds, layout, impl, B, nk, tm.first, tm.second, bytes / tm.second * 1e-9, 0, status};
+        auto record = [&](const std::string& layout, const std::string& impl, Timing tm, const std::string& status) {
+          Row r{ds, layout, impl, B, nk, tm.median, tm.min, tm.cpu, bytes / tm.min * 1e-9, 0, status};
           r.percent = 100.0 * r.gbps / bw_before;
-          std::printf("%-5s B=%-2lld Nk=%-6lld %-10s %-8s median %9.3f ms  min %9.3f ms  %6.1f GB/s  %5.1f %%  %s\n",
-                      ds.c_str(), static_cast<long long>(B), static_cast<long long>(nk), layout.c_str(), impl.c_str(),
-                      tm.first * 1e3, tm.second * 1e3, r.gbps, r.percent, status.c_str());
+          std::printf(
+              "%-5s B=%-2lld Nk=%-6lld %-10s %-8s median %9.3f ms  min %9.3f ms  cpu %9.3f ms  %6.1f GB/s  %5.1f %%  %s\n",
+              ds.c_str(), static_cast<long long>(B), static_cast<long long>(nk), layout.c_str(), impl.c_str(),
+              tm.median * 1e3, tm.min * 1e3, tm.cpu * 1e3, r.gbps, r.percent, status.c_str());
           std::fflush(stdout);
           rows.push_back(r);
         };
@@ -256,10 +265,10 @@ int run_decode(int argc, char** argv) {
   std::printf("read bandwidth: %.1f GB/s before, %.1f after; %% uses the before value\n", bw_before, bw_after);
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
-    f << "dtype,batch,nk,layout,impl,median_ms,min_ms,gbps,percent_of_read_bw,read_bw_before,read_bw_after,status\n";
+    f << "dtype,batch,nk,layout,impl,median_ms,min_ms,cpu_ms,gbps,percent_of_read_bw,read_bw_before,read_bw_after,status\n";
     for (const Row& r : rows) {
       f << r.dtype << ',' << r.batch << ',' << r.nk << ',' << r.layout << ',' << r.impl << ',' << r.median_s * 1e3 << ','
-        << r.min_s * 1e3 << ',' << r.gbps << ',' << r.percent << ',' << bw_before << ',' << bw_after << ",\"" << r.status
+        << r.min_s * 1e3 << ',' << r.cpu_s * 1e3 << ',' << r.gbps << ',' << r.percent << ',' << bw_before << ',' << bw_after << ",\"" << r.status
         << "\"\n";
     }
   }

@@ -246,21 +246,36 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_R
   }
 }
 
+// Writes the n elements at element offset `off` of `data` (dtype t) to dst as floats: f32 rows are
+// copied with this target's vectors (widen-inl.h WidenRow widens 16-bit rows; its f32 case is the
+// scalar rows.h loop, compiled for the baseline target).
+inline void LoadRow(const void* data, DType t, int64_t off, int64_t n, float* HWY_RESTRICT dst) {
+  if (t != DType::f32) return WidenRow(data, t, off, n, dst);
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const float* s = static_cast<const float*>(data) + off;
+  int64_t x = 0;
+  for (; x + L <= n; x += L) hn::Store(hn::LoadU(d, s + x), d, dst + x);
+  for (; x < n; ++x) dst[x] = s[x];
+}
+
 // Reads keys [c0, c1) of head kvh of sequence seq into the fp32 tiles kt, vt (rows padded with the
 // zeros already there), each row where it lives (key_row: contiguous, strided or through the block
-// table), and prefetches the next `ahead` keys into L2.
+// table), and prefetches into L2 the key `ahead` rows after each row it reads: rows of one head are
+// Hk·d elements apart in the usual [B, N, Hk, d] caches (a 4 KiB page per row at Hk = 8, d = 128,
+// f32), where the hardware prefetchers do not follow.
 void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int64_t c0, int64_t c1, int64_t ahead,
               int64_t key_end, const DecodePlan& dp, float* kt, float* vt) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
-  for (int64_t j = c1; j < std::min(c1 + ahead, key_end); ++j) {
-    const KeyRow at = key_row(a, seq, j);
-    prefetch_row(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, PrefetchFor::read_soon);
-    prefetch_row(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dv, PrefetchFor::read_soon);
-  }
   for (int64_t j = c0; j < c1; ++j) {
+    if (j + ahead < key_end) {  // one row's prefetch per row read: misses stay spread over the tile
+      const KeyRow next = key_row(a, seq, j + ahead);
+      prefetch_row(a.k.data, a.k.dtype, a.k.offset(next.batch, next.row, kvh), dim, PrefetchFor::read_soon);
+      prefetch_row(a.v.data, a.v.dtype, a.v.offset(next.batch, next.row, kvh), dv, PrefetchFor::read_soon);
+    }
     const KeyRow at = key_row(a, seq, j);
-    WidenRow(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kt + (j - c0) * dp.dpad);
-    WidenRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dv, vt + (j - c0) * dp.dvpad);
+    LoadRow(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kt + (j - c0) * dp.dpad);
+    LoadRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dv, vt + (j - c0) * dp.dvpad);
   }
 }
 
@@ -337,7 +352,7 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
     const int64_t c1 = std::min(c0 + dp.block_k, key_hi), nk = c1 - c0;
     const int64_t W = round_up(nk, L);
-    LoadTile(a, seq, kvh, c0, c1, dp.block_k, key_hi, dp, w.kt, w.vt);
+    LoadTile(a, seq, kvh, c0, c1, 2 * dp.block_k, key_hi, dp, w.kt, w.vt);
     bool exact = false;
     if (p.exact_scores) {
       float kmax2 = 0.0f;
