@@ -171,6 +171,23 @@ Judgement judge_backward(const flashattn::BackwardArgs& a) {
                                       allowance(a.dk, oracle.dk, given.dk, terms.dk, true, false)));
   j.verdicts.push_back(tensor_verdict("dv", a.dv, read_rows(a, a.dv, true, oracle.dv), oracle.dv, same.dv, rev.dv,
                                       allowance(a.dv, oracle.dv, given.dv, terms.dv, false, true)));
+  // dsinks (fp32 [Hq]) = −Σ_i exp(sink − LSE_i)·D_i: judged like an fp32 gradient. D comes from the
+  // given out and P_sink from the given lse, so the contract term carries their rounding; the floor
+  // scales with the size of its terms (Precision::magnitude: Σ_i P_sink,i·Σ|dO∘O|), as dv's does.
+  if (a.dsinks) {
+    Verdict v;
+    v.output = "dsinks";
+    v.impl.assign(a.dsinks, a.dsinks + a.q.heads);
+    v.oracle = oracle.dsinks;
+    Allowance r;
+    r.c = kGradFactor;
+    r.contract = max_abs_diff(given.dsinks, oracle.dsinks);
+    r.floor = floor_for(flashattn::DType::f32, std::max(max_abs_finite(oracle.dsinks), max_abs_finite(terms.dsinks)));
+    const std::vector<double> naive = worse_naive(same.dsinks, rev.dsinks, oracle.dsinks);
+    v.result = compare(v.impl.data(), v.oracle.data(), naive.data(), v.oracle.size(), r);
+    if (v.result.worst >= 0) v.where = "[h=" + std::to_string(v.result.worst) + "]";
+    j.verdicts.push_back(std::move(v));
+  }
   return j;
 }
 
