@@ -242,7 +242,10 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       PrepareBlock(a, p, b, w.row, seq, h, qb0 + i, adaptive);
       pass_lo = std::min(pass_lo, b.kb_lo);
       pass_hi = std::max(pass_hi, b.key_hi);
-      if (self_norm) std::fill(b.rnorm, b.rnorm + ld, 0.0f);
+      // Row sums start with the sink's share exp(sink − LSE) (padded and empty rows: LSE = +∞
+      // here, share 0), so renormalising keeps P summing to 1 − P_sink, not to 1.
+      if (self_norm)
+        for (int64_t x = 0; x < ld; ++x) b.rnorm[x] = a.sinks ? std::exp(a.sinks[h] - b.lse[x]) : 0.0f;
     }
     // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P caches (S = Q·Kᵀ:
     // Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose tile

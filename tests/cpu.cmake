@@ -6,6 +6,7 @@ if(TARGET flashattn::cpu AND TARGET flashattn_props AND COMMAND flashattn_props_
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/props_cpu.cpp
             ${CMAKE_CURRENT_LIST_DIR}/props_cpu_determinism.cpp
             ${CMAKE_CURRENT_LIST_DIR}/props_cpu_edges.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/props_cpu_inference.cpp
     LIBRARIES flashattn::cpu
     LABELS cpu)
 endif()
