@@ -102,7 +102,7 @@ std::string describe(const Comparison& r, const std::vector<double>& impl, const
   const Allowance& a = r.allowance;
   os << (r.passed ? "ok" : r.reason) << ": max_err=" << r.max_error << " bound=" << r.bound
      << " (same-precision err=" << r.same_error << " x" << a.c;
-  if (a.fp32_terms > 0) os << ", at least fp32 dS terms=" << a.fp32_terms;
+  if (a.fp32_terms > 0) os << ", at least fp32 terms=" << a.fp32_terms;
   if (a.contract > 0) os << ", + given out/lse=" << a.contract;
   os << ", + floor=" << a.floor << ")";
   if (r.worst >= 0 && static_cast<size_t>(r.worst) < impl.size())

@@ -51,6 +51,7 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
   ForwardValues r;
   r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim), 0.0);
   r.lse.assign(static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq), 0.0);
+  if (p == Precision::magnitude) r.score_terms.assign(r.out.size(), 0.0);
   const auto rnd = rounding_for<Acc>(a, p);
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
@@ -61,10 +62,14 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
       const auto k = gather<Acc>(a.k, seq.batch, seq.k_start, hd.nk, hk);
       const auto v = gather<Acc>(a.v, seq.batch, seq.k_start, hd.nk, hk);
       std::vector<Acc> out(static_cast<size_t>(hd.nq * hd.d)), lse(static_cast<size_t>(hd.nq));
-      detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data());
+      std::vector<Acc> terms(r.score_terms.empty() ? 0 : out.size());
+      detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data(),
+                                terms.empty() ? nullptr : terms.data());
       for (int64_t i = 0; i < hd.nq; ++i) {
         const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
         for (int64_t x = 0; x < hd.d; ++x) r.out[o + x] = out[i * hd.d + x];
+        if (!terms.empty())
+          for (int64_t x = 0; x < hd.d; ++x) r.score_terms[o + x] = terms[i * hd.d + x];
         r.lse[lse_index(a, seq, h, i)] = lse[i];
       }
     }

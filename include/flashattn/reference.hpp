@@ -63,6 +63,10 @@ void head_backward(const Head& h, const double* q, const double* k, const double
 // lse dense [B, Hq, Nq]; dq dense like q, dk and dv dense like k.
 struct ForwardValues {
   std::vector<double> out, lse;
+  // Precision::magnitude only (else empty), dense like out: Σ_j P_ij·T_ij·|v_jx − O_ix| with T_ij
+  // = |scale|·Σ_x|q_ix k_jx| + |ALiBi bias_ij| the size of S_ij's terms — the effect on out of one
+  // rounding of every score at the size of its terms (∂O_ix/∂S_ij = P_ij (v_jx − O_ix)).
+  std::vector<double> score_terms;
 };
 struct BackwardValues {
   std::vector<double> dq, dk, dv;
