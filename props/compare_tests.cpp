@@ -12,6 +12,7 @@
 #include "props/case.hpp"
 #include "props/compare.hpp"
 #include "props/instance.hpp"
+#include "props/margins.hpp"
 #include "props/tolerance.hpp"
 
 namespace props {
@@ -188,6 +189,31 @@ TEST_CASE("tolerance: out allows one fp32 rounding of every score at the size of
   CHECK(j.find("out")->result.allowance.fp32_terms > 2.5e-6);
   CHECK(j.find("out")->result.allowance.fp32_terms < 3.5e-6);
   CHECK(j.find("lse")->result.allowance.fp32_terms == 0);
+}
+
+TEST_CASE("margins: the worst error/bound ratio per output, with its case") {
+  auto judgement = [](double err, double bound, bool passed) {
+    Judgement j;
+    Verdict v;
+    v.output = "out";
+    v.result.max_error = err;
+    v.result.bound = bound;
+    v.result.passed = passed;
+    j.verdicts.push_back(v);
+    return j;
+  };
+  Case a, b;
+  a.seed = 1;
+  b.seed = 2;
+  Margins m;
+  m.add(judgement(1.0, 4.0, true), a);
+  m.add(judgement(3.0, 4.0, true), b);
+  m.add(judgement(2.0, 4.0, true), a);
+  CHECK(m.worst("out") == 0.75);
+  CHECK(m.summary().find("seed=2") != std::string::npos);
+  m.add(judgement(0.0, 4.0, false), a);  // a NaN where the oracle is finite: over, whatever the bound
+  CHECK(m.worst("out") > 1);
+  CHECK(m.worst("lse") == 0);
 }
 
 }  // namespace props
