@@ -2,7 +2,7 @@
 //
 //   max|impl − oracle_fp64|  ≤  max(c · naive, fp32_terms)  +  contract  +  floor
 //
-//   naive      max|oracle_same_precision − oracle_fp64|, element by element the worse of two equally
+//   naive      max|oracle_same_precision − oracle_fp64|, element by element the worst of three equally
 //              naive summation orders (worse_naive);
 //   fp32_terms dq, dk: one fp32 rounding at the magnitude of their dS terms (u32 · the
 //              largest |scale|·Σ_j P_ij(|dP_ij| + |D_i|)|k_j|, likewise for dk) — dP and D are two fp32
@@ -76,11 +76,10 @@ Comparison compare(const std::vector<double>& impl, const std::vector<double>& o
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
                        const std::vector<double>& naive, double terms = 0);
 
-// Returns, element by element, whichever of two naive results deviates more from the oracle
-// (finite deviations preferred): the naive error of the rule is the worse of two equally naive
+// Returns, element by element, whichever of the naive results deviates most from the oracle
+// (finite deviations preferred): the naive error of the rule is the worst of three equally naive
 // summation orders, so it measures the naive algorithm rather than one lucky rounding of it.
-std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
-                                const std::vector<double>& oracle);
+std::vector<double> worse_naive(const std::vector<std::vector<double>>& naive, const std::vector<double>& oracle);
 
 // Returns x with every value rounded to what a tensor of dtype t holds (non-finite values kept).
 std::vector<double> rounded(std::vector<double> x, flashattn::DType t);

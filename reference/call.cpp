@@ -41,9 +41,12 @@ Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h) {
 
 template <class Acc>
 detail::Rounding<Acc> rounding_for(const AttentionArgs& a, Precision p) {
-  const bool fp32 = p == Precision::fp32 || p == Precision::fp32_reversed;
-  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype,
-          p == Precision::same_as_input_reversed || p == Precision::fp32_reversed, p == Precision::magnitude};
+  const bool fp32 = p == Precision::fp32 || p == Precision::fp32_reversed || p == Precision::fp32_alternating;
+  const detail::Order order =
+      p == Precision::same_as_input_reversed || p == Precision::fp32_reversed         ? detail::Order::reversed
+      : p == Precision::same_as_input_alternating || p == Precision::fp32_alternating ? detail::Order::alternating
+                                                                                      : detail::Order::forward;
+  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype, order, p == Precision::magnitude};
 }
 
 template <class Acc>

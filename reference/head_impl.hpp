@@ -16,16 +16,26 @@
 namespace flashattn::reference::detail {
 
 // Rounds an intermediate to the dtype a naive implementation would store it in (or not at all),
-// orders its sums: term t of a sum of n is term at(n, t) (reversed order when `reverse`), and in
+// orders its sums: term t of a sum of n is term at(n, t) (in `order`), and in
 // Precision::magnitude (`magnitude`) makes every term of an output's sum its absolute value.
+enum class Order : uint8_t { forward, reversed, alternating };
+
 template <class Acc>
 struct Rounding {
   bool on = false;
   DType dtype = DType::f32;
-  bool reverse = false;
+  Order order = Order::forward;
   bool magnitude = false;
   Acc operator()(Acc x) const { return on ? static_cast<Acc>(round_to(dtype, static_cast<float>(x))) : x; }
-  int64_t at(int64_t n, int64_t t) const { return reverse ? n - 1 - t : t; }
+  // Term t of a sum of n: t (forward), n − 1 − t (reversed), or 0, n − 1, 1, n − 2, … (alternating).
+  int64_t at(int64_t n, int64_t t) const {
+    switch (order) {
+      case Order::reversed: return n - 1 - t;
+      case Order::alternating: return t % 2 == 0 ? t / 2 : n - 1 - t / 2;
+      case Order::forward: break;
+    }
+    return t;
+  }
   Acc term(Acc x) const { return magnitude ? std::fabs(x) : x; }
 };
 
