@@ -83,16 +83,12 @@ HWY_INLINE void AddRows(D d, const float* HWY_RESTRICT t, float* HWY_RESTRICT ac
   }
 }
 
-// sum[i] += Σ_j Pᵀ[j][i] over j in [0, nk), in key order.
-template <class D>
-HWY_INLINE void AddRowSums(D d, const float* HWY_RESTRICT pt, int64_t ld, int64_t nk, int64_t W,
-                           float* HWY_RESTRICT sum) {
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  for (int64_t w = 0; w < W; w += L) {
-    auto acc = hn::Load(d, sum + w);
-    for (int64_t j = 0; j < nk; ++j) acc = hn::Add(acc, hn::Load(d, pt + j * ld + w));
-    hn::Store(acc, d, sum + w);
-  }
+// sum[i] += Σ_j Pᵀ[j][i] over j in [0, nk), in key order, in fp64: the renormaliser r = 1/Σ_j P
+// then carries one rounding, where an fp32 sum of n equal P (a row of equal scores: scale 0) erred
+// by up to ~n/2 units, all in the same direction, and moved dv by 9 units at n = 76.
+HWY_INLINE void AddRowSums(const float* HWY_RESTRICT pt, int64_t ld, int64_t nk, int64_t W, double* HWY_RESTRICT sum) {
+  for (int64_t j = 0; j < nk; ++j)
+    for (int64_t w = 0; w < W; ++w) sum[w] += static_cast<double>(pt[j * ld + w]);
 }
 
 // dSᵀ ← scale · Pᵀ∘(dPᵀ − D) [∘(1 − t²) with soft-capping], in place of dPᵀ.
@@ -242,7 +238,10 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       PrepareBlock(a, p, b, w.row, seq, h, qb0 + i, adaptive);
       pass_lo = std::min(pass_lo, b.kb_lo);
       pass_hi = std::max(pass_hi, b.key_hi);
-      if (self_norm) std::fill(b.rnorm, b.rnorm + ld, 0.0f);
+      // Row sums (fp64) start with the sink's share exp(sink − LSE) (padded and empty rows: LSE =
+      // +∞ here, share 0), so renormalising keeps P summing to 1 − P_sink, not to 1.
+      if (self_norm)
+        for (int64_t x = 0; x < ld; ++x) b.rsum[x] = a.sinks ? std::exp(static_cast<double>(a.sinks[h]) - b.lse[x]) : 0.0;
     }
     // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P caches (S = Q·Kᵀ:
     // Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose tile
@@ -275,13 +274,14 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
           if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
         }
-        if (self_norm) AddRowSums(d, pt, ld, nkb, b.W, b.rnorm);
+        if (self_norm) AddRowSums(pt, ld, nkb, b.W, b.rsum);
       }
     }
     // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
     for (int64_t i = 0; i < nb && self_norm; ++i) {
+      const double* sum = w.blk[i].rsum;
       float* r = w.blk[i].rnorm;
-      for (int64_t x = 0; x < ld; ++x) r[x] = r[x] > 0 ? 1.0f / r[x] : 0.0f;
+      for (int64_t x = 0; x < ld; ++x) r[x] = sum[x] > 0 ? static_cast<float>(1.0 / sum[x]) : 0.0f;
     }
     // Pass 2: the gradients, key blocks in the same order; per key block the pass's query blocks
     // in order.

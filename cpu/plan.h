@@ -78,9 +78,13 @@ struct Plan {
 
 // Returns whether a tile of an fp32-input call accumulates its scores in fp64, given a bound on the
 // magnitude of its scores (score_bound; NaN or ∞ for non-finite inputs, which take the fp64 path).
+// Soft-capped fp32 scores always do: the fp32 path's tanh (Highway's, up to 4 ulp, after a
+// multiplication by a rounded 1/softcap) put several roundings of the capped score into P and into
+// the derivative 1 − t², where a naive fp32 implementation has one each — dq 1.8x and out 1.1x the
+// tolerance bound in 20,000-case runs (docs/reliability.md). The fp64 path rounds S once.
 inline bool exact_tile(const Plan& p, float score_bound) {
   if (!p.exact_scores || p.scores == ScorePrecision::fp32) return false;
-  return p.scores == ScorePrecision::fp64 || !(score_bound <= kExactScoreBound);
+  return p.scores == ScorePrecision::fp64 || p.softcap || !(score_bound <= kExactScoreBound);
 }
 
 // Returns the query blocks of one backward accumulation group (kAccumulateGroupRows rows, at least one).

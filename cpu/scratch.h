@@ -105,6 +105,7 @@ struct QueryBlock {
   float* dd = nullptr;      // [qpad] D = rowsum(dO∘O)
   float* lse = nullptr;     // [qpad] LSE, +∞ for rows that see no key (so P = 0)
   float* rnorm = nullptr;   // [qpad] 1 / Σ_j exp(S − LSE) when self-normalising
+  double* rsum = nullptr;   // [qpad] Σ_j exp(S − LSE) in fp64 when self-normalising
   int32_t* kbeg = nullptr;  // [qpad] first visible key per row
   int32_t* kend = nullptr;  // [qpad] one past the last visible key
   float* pc = nullptr;      // [kpad x qpad] Pᵀ of every key block of the query block (the P cache)
@@ -125,6 +126,7 @@ struct QueryBlock {
     dd = c.take<float>(p.qpad, kVectorAlign);
     lse = c.take<float>(p.qpad, kVectorAlign);
     rnorm = c.take<float>(p.qpad, kVectorAlign);
+    rsum = c.take<double>(p.qpad, kVectorAlign);
     kbeg = c.take<int32_t>(p.qpad, kVectorAlign);
     kend = c.take<int32_t>(p.qpad, kVectorAlign);
     pc = c.take<float>(kpad * p.qpad, kVectorAlign);

@@ -77,13 +77,13 @@ Comparison compare(const std::vector<double>& impl, const std::vector<double>& o
   return compare(impl.data(), oracle.data(), naive.data(), oracle.size(), a);
 }
 
-std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
-                                const std::vector<double>& oracle) {
-  std::vector<double> r(a);
-  for (size_t e = 0; e < r.size(); ++e) {
-    const double da = std::fabs(a[e] - oracle[e]), db = std::fabs(b[e] - oracle[e]);
-    if (std::isfinite(db) && (!std::isfinite(da) || db > da)) r[e] = b[e];
-  }
+std::vector<double> worse_naive(const std::vector<std::vector<double>>& naive, const std::vector<double>& oracle) {
+  std::vector<double> r(naive.front());
+  for (size_t c = 1; c < naive.size(); ++c)
+    for (size_t e = 0; e < r.size(); ++e) {
+      const double dr = std::fabs(r[e] - oracle[e]), dc = std::fabs(naive[c][e] - oracle[e]);
+      if (std::isfinite(dc) && (!std::isfinite(dr) || dc > dr)) r[e] = naive[c][e];
+    }
   return r;
 }
 
@@ -102,7 +102,7 @@ std::string describe(const Comparison& r, const std::vector<double>& impl, const
   const Allowance& a = r.allowance;
   os << (r.passed ? "ok" : r.reason) << ": max_err=" << r.max_error << " bound=" << r.bound
      << " (same-precision err=" << r.same_error << " x" << a.c;
-  if (a.fp32_terms > 0) os << ", at least fp32 dS terms=" << a.fp32_terms;
+  if (a.fp32_terms > 0) os << ", at least fp32 terms=" << a.fp32_terms;
   if (a.contract > 0) os << ", + given out/lse=" << a.contract;
   os << ", + floor=" << a.floor << ")";
   if (r.worst >= 0 && static_cast<size_t>(r.worst) < impl.size())

@@ -2,11 +2,13 @@
 //
 //   max|impl − oracle_fp64|  ≤  max(c · naive, fp32_terms)  +  contract  +  floor
 //
-//   naive      max|oracle_same_precision − oracle_fp64|, element by element the worse of two equally
+//   naive      max|oracle_same_precision − oracle_fp64|, element by element the worst of three equally
 //              naive summation orders (worse_naive);
-//   fp32_terms dq, dk only: one fp32 rounding at the magnitude of their dS terms (u32 · the
+//   fp32_terms dq, dk: one fp32 rounding at the magnitude of their dS terms (u32 · the
 //              largest |scale|·Σ_j P_ij(|dP_ij| + |D_i|)|k_j|, likewise for dk) — dP and D are two fp32
-//              sums, each rounded at least once, that cancel in dS; 0 elsewhere;
+//              sums, each rounded at least once, that cancel in dS; out: the effect of one fp32
+//              rounding of every score at the size of its terms (u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|);
+//              0 for dv and lse;
 //   contract   backward only: max|oracle_fp64_given − oracle_fp64|, the exact effect of computing D
 //              from the call's rounded `out` and P from its fp32 `lse` (Precision::fp64_given);
 //   floor      kFloorUnits · max(u · magnitude, smallest spacing) of the output dtype.
@@ -35,6 +37,8 @@ constexpr double kLseFactor = 2;   // lse (fp32)
 constexpr double kFloorUnits = 4;
 // Units of fp32 roundoff at the dS term magnitude that bound dq and dk from below (fp32_terms).
 constexpr double kDsTermUnits = 1;
+// Units of fp32 roundoff of every score at its term size whose effect bounds out from below.
+constexpr double kScoreTermUnits = 1;
 
 // The parts of one output's bound besides the naive error (see above).
 struct Allowance {
@@ -72,11 +76,10 @@ Comparison compare(const std::vector<double>& impl, const std::vector<double>& o
 Comparison compare_lse(const std::vector<double>& impl, const std::vector<double>& oracle,
                        const std::vector<double>& naive, double terms = 0);
 
-// Returns, element by element, whichever of two naive results deviates more from the oracle
-// (finite deviations preferred): the naive error of the rule is the worse of two equally naive
+// Returns, element by element, whichever of the naive results deviates most from the oracle
+// (finite deviations preferred): the naive error of the rule is the worst of three equally naive
 // summation orders, so it measures the naive algorithm rather than one lucky rounding of it.
-std::vector<double> worse_naive(const std::vector<double>& a, const std::vector<double>& b,
-                                const std::vector<double>& oracle);
+std::vector<double> worse_naive(const std::vector<std::vector<double>>& naive, const std::vector<double>& oracle);
 
 // Returns x with every value rounded to what a tensor of dtype t holds (non-finite values kept).
 std::vector<double> rounded(std::vector<double> x, flashattn::DType t);

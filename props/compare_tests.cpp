@@ -12,6 +12,7 @@
 #include "props/case.hpp"
 #include "props/compare.hpp"
 #include "props/instance.hpp"
+#include "props/margins.hpp"
 #include "props/tolerance.hpp"
 
 namespace props {
@@ -153,6 +154,66 @@ TEST_CASE("tolerance: dq and dk allow one fp32 rounding of their dS terms where 
   CHECK(j.find("dq")->result.allowance.fp32_terms > 4.3e-13);
   CHECK(j.find("dk")->result.allowance.fp32_terms > 4.0e-13);
   CHECK(j.find("dv")->result.allowance.fp32_terms == 0);  // dv = Pᵀ·dO has no dS
+}
+
+TEST_CASE("tolerance: out allows one fp32 rounding of every score at the size of its terms") {
+  // score_terms (Precision::magnitude) is Σ_j P_ij·T_ij·|v_jx − O_ix|. Scaling every score by
+  // (1 + ε) — a scale of scale·(1 + ε), no ALiBi, so |S_ij| <= T_ij — moves out by at most ε times
+  // it to first order (far less here: the scores' signs differ, and the bound takes them all
+  // aligned). The hard case below pins its size from above.
+  const char* const line =
+      "b=1 hk=1 g=1 nq=3 nk=9 d=16 dtype=f32 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
+      "varlen_k=- layout=bshd offset=0 values=normal scale=1.5 seed=11";
+  Instance inst(parse_case(line));
+  flashattn::ForwardArgs a = inst.forward_args();
+  const auto terms = flashattn::reference::forward_values(a, flashattn::reference::Precision::magnitude);
+  const auto base = flashattn::reference::forward_values(a, flashattn::reference::Precision::fp64);
+  const double eps = 1e-7;
+  a.scale = 1.5f * (1 + eps);
+  const auto moved = flashattn::reference::forward_values(a, flashattn::reference::Precision::fp64);
+  const double eps_exact = static_cast<double>(*a.scale) / 1.5 - 1;  // the float scale's own rounding
+  REQUIRE(terms.score_terms.size() == base.out.size());
+  for (size_t e = 0; e < base.out.size(); ++e)
+    CHECK(std::fabs(moved.out[e] - base.out[e]) <= std::fabs(eps_exact) * terms.score_terms[e] * (1 + 1e-3));
+
+  // The case the rule once rejected (docs/reliability.md): every CPU target with fp32 scores erred
+  // 3.17-3.29e-6 in out where the two naive orders drew 9.6e-7; one fp32 rounding of the scores
+  // (scale 1.5, |S| ~ 30) accounts for 2.9e-6 of it.
+  Instance hard(parse_case("b=2 hk=2 g=2 nq=28 nk=75 d=32 dtype=f32 causal=1 wl=-1 wr=-1 softcap=0 alibi=per_batch "
+                           "seqlens_k=2,27 varlen_q=27,1 varlen_k=7,68 layout=padded offset=0 values=normal scale=1.5 "
+                           "seed=713529462"));
+  flashattn::ForwardArgs h = hard.forward_args();
+  flashattn::reference::forward(h, flashattn::reference::Precision::fp64);
+  const Judgement j = judge_forward(h);
+  CHECK(j.passed());
+  CHECK(j.find("out")->result.allowance.fp32_terms > 2.5e-6);
+  CHECK(j.find("out")->result.allowance.fp32_terms < 3.5e-6);
+  CHECK(j.find("lse")->result.allowance.fp32_terms == 0);
+}
+
+TEST_CASE("margins: the worst error/bound ratio per output, with its case") {
+  auto judgement = [](double err, double bound, bool passed) {
+    Judgement j;
+    Verdict v;
+    v.output = "out";
+    v.result.max_error = err;
+    v.result.bound = bound;
+    v.result.passed = passed;
+    j.verdicts.push_back(v);
+    return j;
+  };
+  Case a, b;
+  a.seed = 1;
+  b.seed = 2;
+  Margins m;
+  m.add(judgement(1.0, 4.0, true), a);
+  m.add(judgement(3.0, 4.0, true), b);
+  m.add(judgement(2.0, 4.0, true), a);
+  CHECK(m.worst("out") == 0.75);
+  CHECK(m.summary().find("seed=2") != std::string::npos);
+  m.add(judgement(0.0, 4.0, false), a);  // a NaN where the oracle is finite: over, whatever the bound
+  CHECK(m.worst("out") > 1);
+  CHECK(m.worst("lse") == 0);
 }
 
 }  // namespace props

@@ -32,13 +32,14 @@ std::vector<double> lse_values(const Instance& inst) {
 
 std::string replay_hint(const Case& c) { return "replay: FLASHATTN_REPLAY='" + to_string(c) + "' <runner> -tc=replay"; }
 
-std::string crosscheck_forward(const Implementation& impl, const Case& c) {
+std::string crosscheck_forward(const Implementation& impl, const Case& c, Margins* margins) {
   Instance inst(c);
   const flashattn::ForwardArgs a = inst.forward_args();
   impl.forward(a);
   if (std::string e = inst.check(); !e.empty()) return failure(impl.name + " forward: " + e, c);
 
   const Judgement judged = judge_forward(a);
+  if (margins) margins->add(judged, c);
   if (std::string e = judged.first_failure(); !e.empty()) return failure(impl.name + " forward: " + e, c);
   // The judged values (dense; every row of a sequence is the implementation's).
   const std::vector<double>& out = judged.find("out")->impl;
@@ -63,13 +64,14 @@ std::string crosscheck_forward(const Implementation& impl, const Case& c) {
   return "";
 }
 
-std::string crosscheck_backward(const Implementation& impl, const Case& c) {
+std::string crosscheck_backward(const Implementation& impl, const Case& c, Margins* margins) {
   Instance inst(c);
   const flashattn::BackwardArgs a = inst.backward_args();
   impl.backward(a);
   if (std::string e = inst.check(); !e.empty()) return failure(impl.name + " backward: " + e, c);
 
   const Judgement judged = judge_backward(a);
+  if (margins) margins->add(judged, c);
   if (std::string e = judged.first_failure(); !e.empty()) return failure(impl.name + " backward: " + e, c);
   // The judged values (dense; every row of a sequence is the implementation's).
   const std::vector<double>& dq = judged.find("dq")->impl;
@@ -103,7 +105,7 @@ std::string crosscheck_backward(const Implementation& impl, const Case& c) {
   return "";
 }
 
-std::string check_repeatable(const Implementation& impl, const Case& c) {
+std::string check_repeatable(const Implementation& impl, const Case& c, Margins*) {
   Instance inst(c);
   flashattn::ForwardArgs a = inst.forward_args();
   impl.forward(a);

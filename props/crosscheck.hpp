@@ -6,22 +6,24 @@
 #include <string>
 
 #include "props/case.hpp"
+#include "props/margins.hpp"
 #include "props/registry.hpp"
 
 namespace props {
 
 // Runs impl.forward on the case; returns "" if out and lse agree with the fp64 oracle under the
 // tolerance rule (compare.hpp), rows that see no key give out = 0 and lse = -inf exactly, and the
-// buffers are intact; else a one-paragraph description of the first failure.
-std::string crosscheck_forward(const Implementation& impl, const Case& c);
+// buffers are intact; else a one-paragraph description of the first failure. When `margins` is
+// set, the rule's verdicts are recorded in it (passed or not).
+std::string crosscheck_forward(const Implementation& impl, const Case& c, Margins* margins = nullptr);
 
 // As above for impl.backward (given the fp64 oracle's out and lse): dq, dk, dv agree with the
 // oracle; rows that see no key get dq = 0, keys no row sees get dk = dv = 0, exactly.
-std::string crosscheck_backward(const Implementation& impl, const Case& c);
+std::string crosscheck_backward(const Implementation& impl, const Case& c, Margins* margins = nullptr);
 
 // Returns "" if two forward calls (and two backward calls, when implemented) on the same inputs
-// write bitwise identical outputs.
-std::string check_repeatable(const Implementation& impl, const Case& c);
+// write bitwise identical outputs (`margins` is not used: nothing is judged by the rule).
+std::string check_repeatable(const Implementation& impl, const Case& c, Margins* margins = nullptr);
 
 // Returns the replay instruction for a case: FLASHATTN_REPLAY='<line>'.
 std::string replay_hint(const Case& c);

@@ -33,11 +33,12 @@ CaseSpace crosscheck_space() {
   return space;
 }
 
-using CaseCheck = std::string (*)(const Implementation&, const Case&);
+using CaseCheck = std::string (*)(const Implementation&, const Case&, Margins*);
 
 // Checks `fn` for every registered implementation on generated cases, discarding cases the
 // implementation declares unsupported; then reports what the checked cases covered (one MESSAGE
-// block: the shares of dtypes, layouts, masks, rows that see several keys, tiles; coverage.hpp).
+// block: the shares of dtypes, layouts, masks, rows that see several keys, tiles; coverage.hpp),
+// and per implementation the worst error/bound ratio of each output with its case (margins.hpp).
 void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases) {
   const CaseSpace space = crosscheck_space();
   CoverageTally tally;  // every checked case of every implementation (on a failure, shrinking's too)
@@ -46,19 +47,22 @@ void for_each_implementation(const char* property, CaseCheck fn, bool needs_back
       MESSAGE(impl->name << " has no backward: '" << std::string(property) << "' does not apply");
       continue;
     }
+    Margins margins;  // this implementation's worst ratios (cases shrunk after a failure included)
     check(
         impl->name + "/" + property,
-        [impl, fn, space, &tally] {
+        [impl, fn, space, &tally, &margins] {
           const Case c = *gen_case(space);
           if (impl->unsupported) {
             const std::string why = impl->unsupported(c);
             if (!why.empty()) RC_DISCARD(why);
           }
           tally.add(c);
-          const std::string e = fn(*impl, c);
+          const std::string e = fn(*impl, c, &margins);
           if (!e.empty()) RC_FAIL(e);
         },
         cases);
+    if (const std::string m = margins.summary(); !m.empty())
+      MESSAGE(std::string(property) << ", " << impl->name << ": worst error/bound per output:" << m);
   }
   if (tally.cases() > 0) MESSAGE(std::string(property) << ", all implementations: " << tally.summary());
 }

@@ -72,8 +72,12 @@ TEST_CASE("oracle rows that see no key give O = 0, LSE = -inf, zero gradients, n
     const Case c = *gen_case(space);
     Instance inst(c);
     const flashattn::BackwardArgs a = inst.backward_args();
-    for (Precision p : {Precision::fp64, Precision::same_as_input, Precision::same_as_input_reversed}) {
-      const char* mode = p == Precision::fp64 ? "fp64" : p == Precision::same_as_input ? "same_as_input" : "same_as_input_reversed";
+    for (Precision p : {Precision::fp64, Precision::same_as_input, Precision::same_as_input_reversed,
+                        Precision::same_as_input_alternating}) {
+      const char* mode = p == Precision::fp64                    ? "fp64"
+                         : p == Precision::same_as_input          ? "same_as_input"
+                         : p == Precision::same_as_input_reversed ? "same_as_input_reversed"
+                                                                  : "same_as_input_alternating";
       const auto fv = flashattn::reference::forward_values(a, p);
       const auto bv = flashattn::reference::backward_values(a, p);
       for (const std::string& e : {no_nan(fv.out, "out"), no_nan(fv.lse, "lse"), no_nan(bv.dq, "dq"),
@@ -117,7 +121,8 @@ TEST_CASE("oracle results do not depend on the layout (bshd, bhsd, padded, offse
     other.offset = *rc::gen::arbitrary<bool>();
     Instance x(c), y(other);
     const flashattn::BackwardArgs ax = x.backward_args(), ay = y.backward_args();
-    for (Precision p : {Precision::fp64, Precision::same_as_input, Precision::same_as_input_reversed}) {
+    for (Precision p : {Precision::fp64, Precision::same_as_input, Precision::same_as_input_reversed,
+                        Precision::same_as_input_alternating}) {
       const auto fx = flashattn::reference::forward_values(ax, p), fy = flashattn::reference::forward_values(ay, p);
       const auto bx = flashattn::reference::backward_values(ax, p), by = flashattn::reference::backward_values(ay, p);
       // Same values in the same order: the results must be bitwise equal.

@@ -58,14 +58,25 @@ std::string where_lse(const flashattn::AttentionArgs& a, int64_t i) {
   return os.str();
 }
 
-// One output of a tensor: the naive error is the worse of the two naive orders after both are
-// rounded to the output dtype (as a naive implementation stores them).
+// The naive results of one output in the three summation orders (Precision::same_as_input,
+// _reversed, _alternating, or the fp32 models), before rounding to the output dtype.
+using NaiveOrders = std::vector<const std::vector<double>*>;
+
+// Returns the worst of the naive orders after each is rounded to `t` (as a naive implementation
+// stores it).
+std::vector<double> worst_naive(const NaiveOrders& orders, flashattn::DType t, const std::vector<double>& oracle) {
+  std::vector<std::vector<double>> r;
+  for (const std::vector<double>* o : orders) r.push_back(rounded(*o, t));
+  return worse_naive(r, oracle);
+}
+
+// One output of a tensor: the naive error is the worst of the naive orders after each is rounded
+// to the output dtype.
 Verdict tensor_verdict(const char* name, const flashattn::Tensor& t, std::vector<double> impl,
-                       std::vector<double> oracle, const std::vector<double>& same, const std::vector<double>& reversed,
-                       Allowance allowance) {
+                       std::vector<double> oracle, const NaiveOrders& orders, Allowance allowance) {
   Verdict v;
   v.output = name;
-  const std::vector<double> naive = worse_naive(rounded(same, t.dtype), rounded(reversed, t.dtype), oracle);
+  const std::vector<double> naive = worst_naive(orders, t.dtype, oracle);
   v.result = compare(impl.data(), oracle.data(), naive.data(), oracle.size(), allowance);
   if (v.result.worst >= 0) v.where = where_dense(t, v.result.worst);
   v.impl = std::move(impl);
@@ -107,6 +118,7 @@ Judgement judge_forward(const flashattn::ForwardArgs& a) {
   const auto oracle = ref::forward_values(a, Precision::fp64);
   const auto same = ref::forward_values(a, Precision::same_as_input);
   const auto rev = ref::forward_values(a, Precision::same_as_input_reversed);
+  const auto alt = ref::forward_values(a, Precision::same_as_input_alternating);
   const auto terms = ref::forward_values(a, Precision::magnitude);
   Judgement j;
   // out = P·V is a positive-weighted sum: its floor scales with the size of its terms (per element
@@ -117,8 +129,14 @@ Judgement judge_forward(const flashattn::ForwardArgs& a) {
   Allowance out;
   out.c = kOutFactor;
   out.floor = floor_for(a.out.dtype, std::max(max_abs_finite(oracle.out), max_abs_finite(terms.out)));
+  // Every implementation sums S in fp32 or coarser: one fp32 rounding of each score at the size of
+  // its terms moves out by u32·Σ_j P_ij·T_ij·|v_jx − O_ix| (Precision::magnitude's score_terms). A
+  // lower bound of the naive part, as fp32_terms is for dq/dk: at scores of ~30 the two naive
+  // orders drew 9.6e-7 where an fp32-score kernel erred 3.2e-6 (docs/reliability.md).
+  out.fp32_terms = kScoreTermUnits * flashattn::unit_roundoff(flashattn::DType::f32) * max_abs_finite(terms.score_terms);
   j.verdicts.push_back(
-      tensor_verdict("out", a.out, read_rows(a, a.out, false, oracle.out), oracle.out, same.out, rev.out, out));
+      tensor_verdict("out", a.out, read_rows(a, a.out, false, oracle.out), oracle.out,
+                     {&same.out, &rev.out, &alt.out}, out));
   if (a.lse) {
     // LSE is an fp32 output: its naive counterpart keeps S in fp32 (no 16-bit rounding of S), and
     // its floor scales with the size of the terms of the scores it is computed from (an fp32 LSE of
@@ -126,13 +144,12 @@ Judgement judge_forward(const flashattn::ForwardArgs& a) {
     // kernels, 2.9x a naive draw: 0.79 of a floor at |LSE|).
     const auto n32 = ref::forward_values(a, Precision::fp32);
     const auto n32r = ref::forward_values(a, Precision::fp32_reversed);
+    const auto n32a = ref::forward_values(a, Precision::fp32_alternating);
     Verdict v;
     v.output = "lse";
     v.impl = read_lse(a, oracle.lse);
     v.oracle = oracle.lse;
-    v.result = compare_lse(v.impl, v.oracle,
-                           worse_naive(rounded(n32.lse, flashattn::DType::f32),
-                                       rounded(n32r.lse, flashattn::DType::f32), oracle.lse),
+    v.result = compare_lse(v.impl, v.oracle, worst_naive({&n32.lse, &n32r.lse, &n32a.lse}, flashattn::DType::f32, oracle.lse),
                            max_abs_finite(terms.lse));
     if (v.result.worst >= 0) v.where = where_lse(a, v.result.worst);
     j.verdicts.push_back(std::move(v));
@@ -145,6 +162,7 @@ Judgement judge_backward(const flashattn::BackwardArgs& a) {
   const auto oracle = ref::backward_values(a, Precision::fp64);
   const auto same = ref::backward_values(a, Precision::same_as_input);
   const auto rev = ref::backward_values(a, Precision::same_as_input_reversed);
+  const auto alt = ref::backward_values(a, Precision::same_as_input_alternating);
   const auto terms = ref::backward_values(a, Precision::magnitude);
   const auto given = ref::backward_values(a, Precision::fp64_given);
   const double u32 = flashattn::unit_roundoff(flashattn::DType::f32);
@@ -165,12 +183,29 @@ Judgement judge_backward(const flashattn::BackwardArgs& a) {
   // terms (fp32_terms): that only matters where the naive draw is (nearly) exact — rows with one
   // visible key, a softcap derivative that rounds to 0 in 16 bits — and there every fp32
   // implementation that sums dP and D separately has that error (docs/reliability.md).
-  j.verdicts.push_back(tensor_verdict("dq", a.dq, read_rows(a, a.dq, false, oracle.dq), oracle.dq, same.dq, rev.dq,
+  j.verdicts.push_back(tensor_verdict("dq", a.dq, read_rows(a, a.dq, false, oracle.dq), oracle.dq, {&same.dq, &rev.dq, &alt.dq},
                                       allowance(a.dq, oracle.dq, given.dq, terms.dq, true, false)));
-  j.verdicts.push_back(tensor_verdict("dk", a.dk, read_rows(a, a.dk, true, oracle.dk), oracle.dk, same.dk, rev.dk,
+  j.verdicts.push_back(tensor_verdict("dk", a.dk, read_rows(a, a.dk, true, oracle.dk), oracle.dk, {&same.dk, &rev.dk, &alt.dk},
                                       allowance(a.dk, oracle.dk, given.dk, terms.dk, true, false)));
-  j.verdicts.push_back(tensor_verdict("dv", a.dv, read_rows(a, a.dv, true, oracle.dv), oracle.dv, same.dv, rev.dv,
+  j.verdicts.push_back(tensor_verdict("dv", a.dv, read_rows(a, a.dv, true, oracle.dv), oracle.dv, {&same.dv, &rev.dv, &alt.dv},
                                       allowance(a.dv, oracle.dv, given.dv, terms.dv, false, true)));
+  // dsinks (fp32 [Hq]) = −Σ_i exp(sink − LSE_i)·D_i: judged like an fp32 gradient. D comes from the
+  // given out and P_sink from the given lse, so the contract term carries their rounding; the floor
+  // scales with the size of its terms (Precision::magnitude: Σ_i P_sink,i·Σ|dO∘O|), as dv's does.
+  if (a.dsinks) {
+    Verdict v;
+    v.output = "dsinks";
+    v.impl.assign(a.dsinks, a.dsinks + a.q.heads);
+    v.oracle = oracle.dsinks;
+    Allowance r;
+    r.c = kGradFactor;
+    r.contract = max_abs_diff(given.dsinks, oracle.dsinks);
+    r.floor = floor_for(flashattn::DType::f32, std::max(max_abs_finite(oracle.dsinks), max_abs_finite(terms.dsinks)));
+    const std::vector<double> naive = worse_naive({same.dsinks, rev.dsinks, alt.dsinks}, oracle.dsinks);
+    v.result = compare(v.impl.data(), v.oracle.data(), naive.data(), v.oracle.size(), r);
+    if (v.result.worst >= 0) v.where = "[h=" + std::to_string(v.result.worst) + "]";
+    j.verdicts.push_back(std::move(v));
+  }
   return j;
 }
 

@@ -58,9 +58,12 @@ Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h) {
 
 template <class Acc>
 detail::Rounding<Acc> rounding_for(const AttentionArgs& a, Precision p) {
-  const bool fp32 = p == Precision::fp32 || p == Precision::fp32_reversed;
-  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype,
-          p == Precision::same_as_input_reversed || p == Precision::fp32_reversed, p == Precision::magnitude};
+  const bool fp32 = p == Precision::fp32 || p == Precision::fp32_reversed || p == Precision::fp32_alternating;
+  const detail::Order order =
+      p == Precision::same_as_input_reversed || p == Precision::fp32_reversed         ? detail::Order::reversed
+      : p == Precision::same_as_input_alternating || p == Precision::fp32_alternating ? detail::Order::alternating
+                                                                                      : detail::Order::forward;
+  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype, order, p == Precision::magnitude};
 }
 
 template <class Acc>
@@ -69,6 +72,7 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
   r.out.assign(static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.v.dim), 0.0);
   const ConstTensor out_shape(nullptr, a.q.dtype, a.q.batch, a.q.seq, a.q.heads, a.v.dim, 0, 0, 0);
   r.lse.assign(static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq), 0.0);
+  if (p == Precision::magnitude) r.score_terms.assign(r.out.size(), 0.0);
   const auto rnd = rounding_for<Acc>(a, p);
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
@@ -79,10 +83,14 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
       const auto k = gather_keys<Acc>(a, a.k, seq, hd.nk, hk);
       const auto v = gather_keys<Acc>(a, a.v, seq, hd.nk, hk);
       std::vector<Acc> out(static_cast<size_t>(hd.nq * hd.dv)), lse(static_cast<size_t>(hd.nq));
-      detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data());
+      std::vector<Acc> terms(r.score_terms.empty() ? 0 : out.size());
+      detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data(),
+                                terms.empty() ? nullptr : terms.data());
       for (int64_t i = 0; i < hd.nq; ++i) {
         const int64_t o = dense_index(out_shape, seq.batch, seq.q_start + i, h);
         for (int64_t x = 0; x < hd.dv; ++x) r.out[o + x] = out[i * hd.dv + x];
+        if (!terms.empty())
+          for (int64_t x = 0; x < hd.dv; ++x) r.score_terms[o + x] = terms[i * hd.dv + x];
         r.lse[lse_index(a, seq, h, i)] = lse[i];
       }
     }

@@ -16,24 +16,35 @@
 namespace flashattn::reference::detail {
 
 // Rounds an intermediate to the dtype a naive implementation would store it in (or not at all),
-// orders its sums: term t of a sum of n is term at(n, t) (reversed order when `reverse`), and in
+// orders its sums: term t of a sum of n is term at(n, t) (in `order`), and in
 // Precision::magnitude (`magnitude`) makes every term of an output's sum its absolute value.
+enum class Order : uint8_t { forward, reversed, alternating };
+
 template <class Acc>
 struct Rounding {
   bool on = false;
   DType dtype = DType::f32;
-  bool reverse = false;
+  Order order = Order::forward;
   bool magnitude = false;
   Acc operator()(Acc x) const { return on ? static_cast<Acc>(round_to(dtype, static_cast<float>(x))) : x; }
-  int64_t at(int64_t n, int64_t t) const { return reverse ? n - 1 - t : t; }
+  // Term t of a sum of n: t (forward), n − 1 − t (reversed), or 0, n − 1, 1, n − 2, … (alternating).
+  int64_t at(int64_t n, int64_t t) const {
+    switch (order) {
+      case Order::reversed: return n - 1 - t;
+      case Order::alternating: return t % 2 == 0 ? t / 2 : n - 1 - t / 2;
+      case Order::forward: break;
+    }
+    return t;
+  }
   Acc term(Acc x) const { return magnitude ? std::fabs(x) : x; }
 };
 
 // Materialised intermediates of one head: S after softcap/ALiBi/mask, P, and the capped scores
-// (before ALiBi) that the softcap derivative needs.
+// (before ALiBi) that the softcap derivative needs; in Precision::magnitude also the size of each
+// S_ij's terms (|scale|·Σ_x|q_ix k_jx| + |ALiBi bias_ij|).
 template <class Acc>
 struct HeadTiles {
-  std::vector<Acc> s, capped, p;  // [nq x nk] each
+  std::vector<Acc> s, capped, p, terms;  // [nq x nk] each (terms: magnitude only)
 };
 
 // Passes 1-5: S = scale·Q Kᵀ, softcap, ALiBi, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij)
@@ -49,7 +60,7 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
   t.s.assign(nq * nk, 0);
   t.capped.assign(nq * nk, 0);
   t.p.assign(nq * nk, 0);
-  std::vector<Acc> terms(rnd.magnitude ? nk : 0);  // magnitude: the size of S_ij's terms, one row
+  t.terms.assign(rnd.magnitude ? nq * nk : 0, 0);
   const Acc scale = rnd(static_cast<Acc>(h.scale)), cap = static_cast<Acc>(h.softcap);
   const Acc slope = static_cast<Acc>(h.slope);
   for (int64_t i = 0; i < nq; ++i) {
@@ -65,7 +76,7 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
       if (rnd.magnitude) {
         Acc a = 0;
         for (int64_t x = 0; x < d; ++x) a += std::fabs(scale * q[i * d + x] * k[j * d + x]);
-        terms[j] = a + std::fabs(slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
+        t.terms[i * nk + j] = a + std::fabs(slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
       }
       // 2. soft-capping: S = c · tanh(S / c)
       if (cap > 0) s = rnd(cap * rnd(std::tanh(rnd(s / cap))));
@@ -96,7 +107,7 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
     lse[i] = m + std::log(sum);
     if (rnd.magnitude) {
       Acc a = 0;
-      for (int64_t j = 0; j < nk; ++j) a += t.p[i * nk + j] * terms[j];
+      for (int64_t j = 0; j < nk; ++j) a += t.p[i * nk + j] * t.terms[i * nk + j];
       lse[i] = std::max(std::fabs(lse[i]), a);
     }
   }
@@ -117,11 +128,33 @@ void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> 
     }
 }
 
+// Precision::magnitude's score_terms [nq x dv]: Σ_j P_ij·T_ij·|v_jx − O_ix|, with T_ij the size of
+// S_ij's terms and O the exact output. Since ∂O_ix/∂S_ij = P_ij (v_jx − O_ix), it is the effect on
+// out of one rounding of every score at the size of its terms (in units of that rounding): what
+// any implementation that sums S in a finite precision carries into out.
 template <class Acc>
-void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Rounding<Acc> rnd, Acc* out, Acc* lse) {
+void score_rounding_effect(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Acc* score_terms) {
+  Rounding<Acc> exact;
+  const int64_t e = h.vdim();
+  std::vector<Acc> o(static_cast<size_t>(h.nq * e));
+  output(h, t, v, exact, o.data());
+  for (int64_t i = 0; i < h.nq; ++i)
+    for (int64_t x = 0; x < e; ++x) {
+      Acc sum = 0;
+      for (int64_t j = 0; j < h.nk; ++j)
+        if (t.p[i * h.nk + j] != 0) sum += t.p[i * h.nk + j] * t.terms[i * h.nk + j] * std::fabs(v[j * e + x] - o[i * e + x]);
+      score_terms[i * e + x] = sum;
+    }
+}
+
+// score_terms (optional, Precision::magnitude only): see score_rounding_effect.
+template <class Acc>
+void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Rounding<Acc> rnd, Acc* out, Acc* lse,
+                  Acc* score_terms = nullptr) {
   HeadTiles<Acc> t;
   scores_and_probs(h, q, k, rnd, t, lse);
   output(h, t, v, rnd, out);
+  if (score_terms && rnd.magnitude) score_rounding_effect(h, t, v, score_terms);
 }
 
 // Backward of one head with P materialised. dq, dk, dv are overwritten.

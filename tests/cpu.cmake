@@ -7,6 +7,7 @@ if(TARGET flashattn::cpu AND TARGET flashattn_props AND COMMAND flashattn_props_
             ${CMAKE_CURRENT_LIST_DIR}/props_cpu_determinism.cpp
             ${CMAKE_CURRENT_LIST_DIR}/props_cpu_edges.cpp
             ${CMAKE_CURRENT_LIST_DIR}/props_cpu_decode.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/props_cpu_inference.cpp
     LIBRARIES flashattn::cpu
     LABELS cpu)
 endif()

@@ -19,7 +19,9 @@ void naive_forward(const ForwardArgs& a, Precision p) {
   flashattn::reference::forward(a, p);
   if (!a.lse) return;
   const auto v = flashattn::reference::forward_values(
-      a, p == Precision::same_as_input ? Precision::fp32 : Precision::fp32_reversed);
+      a, p == Precision::same_as_input            ? Precision::fp32
+         : p == Precision::same_as_input_reversed ? Precision::fp32_reversed
+                                                  : Precision::fp32_alternating);
   for (int64_t s = 0; s < flashattn::num_sequences(a); ++s) {
     const flashattn::Sequence seq = flashattn::sequence(a, s);
     for (int64_t h = 0; h < a.q.heads; ++h)
@@ -41,6 +43,10 @@ int main(int argc, char** argv) {
   props::add({"reference-same-precision-reversed",
               [](const ForwardArgs& a) { naive_forward(a, Precision::same_as_input_reversed); },
               [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input_reversed); },
+              {}});
+  props::add({"reference-same-precision-alternating",
+              [](const ForwardArgs& a) { naive_forward(a, Precision::same_as_input_alternating); },
+              [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input_alternating); },
               {}});
   return props::run(argc, argv);
 }

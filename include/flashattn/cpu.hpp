@@ -22,7 +22,8 @@ namespace flashattn::cpu {
 // exponent of P: harmless at ordinary score magnitudes, dominant at |S| ~ 1e2..1e4.
 enum class ScorePrecision : uint8_t {
   adaptive,  // fp32, except tiles whose score bound |scale|·max‖q‖·max‖k‖ (+ ALiBi) exceeds
-             // kExactScoreBound, which accumulate in fp64 (and their rows renormalise in backward)
+             // kExactScoreBound, and every tile of a soft-capped call (whose fp32 tanh rounds the
+             // capped score several times), which accumulate in fp64
   fp64,      // every tile in fp64 (most accurate; fp32 forward ~1.5x slower)
   fp32,      // never fp64 (fastest; at large scores as wrong as a naive fp32 implementation)
 };

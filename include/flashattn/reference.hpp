@@ -17,8 +17,10 @@ enum class Precision : uint8_t {
   fp64,                    // fp64 accumulation and intermediates (the oracle)
   same_as_input,           // fp32 accumulation, intermediates rounded to the input dtype
   same_as_input_reversed,  // the same with every sum taken in reverse order: another, equally
-                           // naive implementation (tests take the worse of the two as the error
-                           // of "the naive algorithm", not one lucky rounding of it)
+                           // naive implementation (tests take the worst of the orders as the
+                           // error of "the naive algorithm", not one lucky rounding of it)
+  same_as_input_alternating,  // the same with every sum taken from both ends alternately (terms
+                              // 0, n−1, 1, n−2, …): a third equally naive order
   magnitude,               // fp64, but every sum of the outputs accumulates the absolute values of
                            // its terms (out = P|V|, D = Σ|dO∘O|, dP = |dO||V|ᵀ, dS = P∘(dP + D)
                            // times (1 − t² + 2t²) with soft-capping (t = tanh(S/cap): the derivative
@@ -27,12 +29,14 @@ enum class Precision : uint8_t {
                            // the size of the terms whose rounding it carries, where a sum that
                            // cancels is far smaller than its terms (tests scale their floor with
                            // it). P itself is the fp64 oracle's; lse is the size of the terms LSE
-                           // rounds at: max(|lse|, Σ_j P_ij(|scale|·Σ_x|q_ix k_jx| + |ALiBi bias|)).
+                           // rounds at: max(|lse|, Σ_j P_ij T_ij), T_ij = |scale|·Σ_x|q_ix k_jx|
+                           // + |ALiBi bias_ij|; score_terms (below) uses the same T_ij.
   fp32,                    // fp32 accumulation and intermediates, inputs as stored: nothing is
                            // rounded to 16 bits (for f32 inputs the same as same_as_input). Tests
                            // take their naive LSE from it: LSE is an fp32 output whose error comes
                            // from the inputs only through S, which needs no 16-bit rounding
   fp32_reversed,           // the same with every sum reversed
+  fp32_alternating,        // the same with every sum taken from both ends alternately
   fp64_given_out,          // backward only: fp64, but D = Σ dout∘out from the call's `out` as given
                            // (rounded to its dtype) instead of the exact O
   fp64_given,              // backward only: fp64 with D from the given `out` and P = exp(S − lse)
@@ -69,6 +73,10 @@ void head_backward(const Head& h, const double* q, const double* k, const double
 // without sinks).
 struct ForwardValues {
   std::vector<double> out, lse;
+  // Precision::magnitude only (else empty), dense like out: Σ_j P_ij·T_ij·|v_jx − O_ix| with T_ij
+  // the size of S_ij's terms (as for lse above) — the effect on out of one rounding of every score
+  // at the size of its terms (∂O_ix/∂S_ij = P_ij (v_jx − O_ix)).
+  std::vector<double> score_terms;
 };
 struct BackwardValues {
   std::vector<double> dq, dk, dv, dsinks;

@@ -16,7 +16,10 @@ class ByteReader {
   template <class T>
   T take() {
     unsigned char raw[sizeof(T)] = {};
-    for (size_t i = 0; i < sizeof(T) && pos_ < size_; ++i) raw[i] = data_[pos_++];
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      if (pos_ < size_) raw[i] = data_[pos_++];
+      else ++padded_;
+    }
     T r;
     std::memcpy(&r, raw, sizeof(T));
     return r;
@@ -29,11 +32,14 @@ class ByteReader {
   bool chance(unsigned k) { return take<uint8_t>() < k; }
 
   bool empty() const { return pos_ >= size_; }
+  // Returns the number of bytes read so far (reads past the end count too).
+  size_t position() const { return pos_ + padded_; }
 
  private:
   const uint8_t* data_;
   size_t size_;
   size_t pos_ = 0;
+  size_t padded_ = 0;  // bytes read past the end (zeros)
 };
 
 }  // namespace flashattn::fuzz

@@ -141,6 +141,8 @@ int64_t side_count(const FuzzCase& c, const void* p) {
   if (p == c.cu_k.data.get()) return c.cu_k.count;
   if (p == c.seqlens_k.data.get()) return c.seqlens_k.count;
   if (p == c.alibi.data.get()) return c.alibi.count;
+  if (p == c.sinks.data.get()) return c.sinks.count;
+  if (p == c.block_table.data.get()) return c.block_table.count;
   return -1;
 }
 
@@ -191,6 +193,7 @@ void decode_base(ByteReader& r, FuzzCase& c) {
   }
   c.trace += " B=" + std::to_string(batch) + " Nq=" + std::to_string(nq) + " Nk=" + std::to_string(nk) + " layouts: ";
   const int64_t hq = hk * group;
+  c.dtype = dtype, c.batch = batch, c.nq = nq, c.nk = nk, c.hk = hk, c.hq = hq, c.d = d, c.varlen = varlen;
   for (int t = 0; t < kNumTensors; ++t) {
     Tensor& v = tensor(c, t);
     const bool key_side = t == 1 || t == 2 || t == 6 || t == 7;
@@ -366,12 +369,106 @@ void mutate(ByteReader& r, FuzzCase& c) {
   }
 }
 
+constexpr uint16_t kInferenceMarker = 0x1F12;
+
+// The inference extension, from bytes past the base case, its mutations and the config (none: the
+// case is unchanged): a value head dim dv != d (v, out, dout, dv rebuilt), paged K/V in a forward
+// (k, v rebuilt as a pool of pages, a block table over them), sinks and dsinks, num_splits; then up
+// to two hostile overwrites of these fields. Read only after the marker kInferenceMarker.
+void decode_inference(ByteReader& r, FuzzCase& c) {
+  // Two marker bytes open the extension: inputs from before it (whose unread tail is arbitrary)
+  // keep decoding to exactly the case they were saved for, regressions included.
+  if (r.empty() || r.take<uint16_t>() != kInferenceMarker) return;
+  CallFields& a = c.args;
+  auto rebuild = [&](int t, int64_t batch, int64_t seq, int64_t heads, int64_t dim) {
+    Tensor& v = tensor(c, t);
+    v = bshd(nullptr, c.dtype, batch, seq, heads, dim);
+    choose_layout(r, v, t < 3 || t == 4, c.trace);
+    allocate(c, kTensorSlots[t], v);
+    if (t < 5) fill(c.buffers[kTensorSlots[t]], c.dtype, r.take<uint32_t>(), -kInputRange, kInputRange);
+  };
+  int64_t dv = c.d;
+  if (r.chance(96)) {
+    dv = kHeadDims[r.pick(count_of(kHeadDims))];
+    c.trace += " dv=" + std::to_string(dv) + ": ";
+    rebuild(2, c.batch, c.nk, c.hk, dv);
+    rebuild(3, c.batch, c.nq, c.hq, dv);
+    rebuild(4, c.batch, c.nq, c.hq, dv);
+    rebuild(7, c.batch, c.nk, c.hk, dv);
+  }
+  if (!c.backward && !c.varlen && r.chance(96)) {  // paged K/V
+    const int64_t page = 1 + r.pick(4), pages = 1 + r.pick(6), per_seq = (c.nk + page - 1) / page;
+    c.block_table.resize(c.batch * per_seq);
+    for (int64_t i = 0; i < c.block_table.count; ++i)
+      c.block_table.data[i] = static_cast<int32_t>(r.pick(static_cast<unsigned>(pages)));
+    a.block_table = c.block_table.data.get();
+    a.block_table_pages = per_seq;
+    c.trace += " paged(page " + std::to_string(page) + ", " + std::to_string(pages) + " pages): ";
+    rebuild(1, pages, page, c.hk, c.d);
+    rebuild(2, pages, page, c.hk, dv);
+  }
+  if (r.chance(96)) {
+    c.sinks.resize(c.hq);
+    for (int64_t h = 0; h < c.hq; ++h) c.sinks.data[h] = kSlopes[r.pick(count_of(kSlopes))] * 4 - 2;
+    a.sinks = c.sinks.data.get();
+    c.trace += " sinks";
+  }
+  c.dsinks.resize(c.hq);
+  if (c.backward && a.sinks && r.chance(160)) a.dsinks = c.dsinks.data.get();
+  a.num_splits = r.pick(4);
+  for (int m = 0, n = static_cast<int>(r.pick(3)); m < n; ++m) {
+    std::string& tr = c.trace;
+    switch (r.pick(6)) {
+      case 0:
+        if (c.block_table.count > 0) {
+          const int64_t i = r.pick(static_cast<unsigned>(c.block_table.count));
+          c.block_table.data[i] = hostile_i32(r, c.block_table.data[i]);
+          tr += " | block_table[" + std::to_string(i) + "]=" + std::to_string(c.block_table.data[i]);
+        }
+        break;
+      case 1:
+        a.block_table_pages = hostile_i64(r, a.block_table_pages);
+        tr += " | block_table_pages=" + std::to_string(a.block_table_pages);
+        break;
+      case 2:
+        a.block_table_stride = hostile_i64(r, a.block_table_stride);
+        tr += " | block_table_stride=" + std::to_string(a.block_table_stride);
+        break;
+      case 3:
+        if (c.sinks.count > 0) {
+          const float x = hostile_f32(r);
+          c.sinks.data[r.pick(static_cast<unsigned>(c.sinks.count))] = x;
+          c.tame = false;
+          tr += " | a sink=" + std::to_string(x);
+        }
+        break;
+      case 4: {  // dsinks: null, or into another buffer
+        const Buffer& b = c.buffers[r.pick(kNumSlots)];
+        a.dsinks = r.chance(128) ? nullptr : reinterpret_cast<float*>(b.begin() + (b.size ? r.take<uint16_t>() % (b.size + 1) : 0));
+        tr += " | dsinks moved";
+        break;
+      }
+      default:
+        a.num_splits = hostile_i64(r, a.num_splits);
+        tr += " | num_splits=" + std::to_string(a.num_splits);
+    }
+  }
+}
+
 // Returns whether validate() can read every side-array entry it would read for these arguments.
 bool side_arrays_readable(const FuzzCase& c) {
   const CallFields& a = c.args;
   for (const void* p : {static_cast<const void*>(a.cu_seqlens_q), static_cast<const void*>(a.cu_seqlens_k),
-                        static_cast<const void*>(a.seqlens_k), static_cast<const void*>(a.alibi_slopes)})
+                        static_cast<const void*>(a.seqlens_k), static_cast<const void*>(a.alibi_slopes),
+                        static_cast<const void*>(a.sinks), static_cast<const void*>(a.block_table)})
     if (side_count(c, p) < 0) return false;
+  if (a.sinks && a.q.heads > side_count(c, a.sinks)) return false;
+  // validate reads the entries of the pages each sequence's keys occupy: at most the whole
+  // [q.batch, block_table_pages] table with its stride (when that geometry itself passes).
+  if (a.block_table && a.q.batch > 0 && a.block_table_pages > 0 && a.block_table_stride >= 0) {
+    const __int128 stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+    if ((a.q.batch - 1) * stride + a.block_table_pages > side_count(c, a.block_table)) return false;
+  }
   const bool varlen_read = a.cu_seqlens_q && a.cu_seqlens_k && a.varlen_batch >= 0 && a.varlen_batch < (int64_t{1} << 31);
   if (varlen_read && (a.varlen_batch + 1 > side_count(c, a.cu_seqlens_q) || a.varlen_batch + 1 > side_count(c, a.cu_seqlens_k)))
     return false;
@@ -393,6 +490,8 @@ bool decode(const uint8_t* data, size_t size, FuzzCase& c) {
   const int mutations = static_cast<int>(r.pick(kMaxMutations + 1));
   for (int m = 0; m < mutations; ++m) mutate(r, c);
   for (uint8_t& x : c.config_choice) x = r.take<uint8_t>();
+  c.base_bytes = r.position();
+  decode_inference(r, c);
   return side_arrays_readable(c);
 }
 

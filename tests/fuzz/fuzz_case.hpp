@@ -4,7 +4,8 @@
 // buffers are allocated at exactly the size its views span, so AddressSanitizer flags any access
 // one element past a view. Then up to kMaxMutations fields are overwritten with hostile values:
 // sizes (0, negative, 2^31, products that overflow int64), strides, null or misaligned pointers,
-// pointers into another buffer, invalid dtype values, cu_seqlens / seqlens_k entries, window
+// pointers into another buffer, invalid dtype values, cu_seqlens / seqlens_k entries, block-table
+// entries and geometry (paged K/V), sinks, dsinks, num_splits, a value head dim dv != d, window
 // values, non-finite scale / softcap / ALiBi slopes, special input values (NaN, inf, huge,
 // subnormal). Every pointer a case holds is null or points into (or one past) one of its buffers.
 #pragma once
@@ -59,20 +60,28 @@ struct CallFields : private AttentionArgs {
   using AttentionArgs::varlen_batch;
   using AttentionArgs::window_left;
   using AttentionArgs::window_right;
+  using AttentionArgs::sinks;
+  using AttentionArgs::block_table;
+  using AttentionArgs::block_table_stride;
+  using AttentionArgs::block_table_pages;
   Tensor q, k, v, out, dout, dq, dk, dv;
   float* lse = nullptr;
+  float* dsinks = nullptr;   // backward output
+  int64_t num_splits = 0;    // forward option
 
   // Returns the forward call (q, k, v, out, lse and the options).
   ForwardArgs forward() const {
     ForwardArgs f;
     static_cast<AttentionArgs&>(f) = static_cast<const AttentionArgs&>(*this);
     f.q = q, f.k = k, f.v = v, f.out = out, f.lse = lse;
+    f.num_splits = num_splits;
     return f;
   }
   // Returns the backward call (out and lse as inputs, dout, and the gradients).
   BackwardArgs backward() const {
     BackwardArgs b = backward_args(forward());
     b.dout = dout, b.dq = dq, b.dk = dk, b.dv = dv;
+    b.dsinks = dsinks;
     return b;
   }
 };
@@ -82,17 +91,26 @@ struct FuzzCase {
   CallFields args;        // forward cases use q, k, v, out, lse
   std::array<Buffer, kNumSlots> buffers;
   SideArray<int32_t> cu_q, cu_k, seqlens_k;
-  SideArray<float> alibi;
+  SideArray<float> alibi, sinks;
+  SideArray<int32_t> block_table;
+  SideArray<float> dsinks;  // the backward's dsinks output (an array like the side arrays)
   // Whether the input values are moderate and finite and the numeric options untouched, so results
   // can be compared with the oracle (otherwise only "computes or throws, touches nothing else").
   bool tame = true;
-  uint8_t config_choice[4] = {};  // raw bytes a backend turns into its tuning (tile sizes, threads)
+  // The base problem's geometry (before mutations), for the inference extension.
+  DType dtype = DType::f32;
+  int64_t batch = 0, nq = 0, nk = 0, hk = 0, hq = 0, d = 0;
+  bool varlen = false;
+  uint8_t config_choice[4] = {};
+  size_t base_bytes = 0;  // bytes the base case, its mutations and the config read (the extension follows)  // raw bytes a backend turns into its tuning (tile sizes, threads)
   std::string trace;  // the decoded case and its mutations, printed when a check fails
 };
 
 // Number of hostile field overwrites applied to a case at most.
 constexpr int kMaxMutations = 4;
 
+// Decodes `data` into `c`. The inference options (dv != d, paged K/V, sinks, dsinks, num_splits) are
+// decoded from bytes past everything else, so inputs written before they existed decode as before.
 // Decodes `data` into `c`. Returns false when the decoded case would make validate() itself read a
 // side array past its end (the documented lengths of cu_seqlens, seqlens_k and alibi_slopes are a
 // caller precondition validate() cannot check); such inputs are skipped.

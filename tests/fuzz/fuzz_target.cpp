@@ -95,7 +95,10 @@ bool fits(const FuzzCase& c) {
     if (elements(*t) > kMaxElements) return false;
     if (has_elements(*t) && !inside_buffer(c, t->data, span_bytes(*t))) return false;
   }
-  const __int128 work = static_cast<__int128>(a.q.batch) * a.q.heads * a.q.seq * a.k.seq * a.q.dim;
+  // dsinks must be the case's own [Hq] array (validate cannot know how long another buffer is).
+  if (c.backward && a.dsinks && (a.dsinks != c.dsinks.data.get() || a.q.heads > c.dsinks.count)) return false;
+  const int64_t keys = a.block_table ? a.block_table_pages * a.k.seq : a.k.seq;  // paged: the pages' capacity
+  const __int128 work = static_cast<__int128>(a.q.batch) * a.q.heads * a.q.seq * keys * (a.q.dim + a.v.dim);
   if (work > kMaxWork) return false;
   const int64_t lse_count = a.q.batch * a.q.heads * a.q.seq;
   return a.lse == nullptr || lse_count == 0 || inside_buffer(c, a.lse, lse_count * 4);
@@ -114,6 +117,9 @@ Snapshot snapshot(const FuzzCase& c) {
   side(c.cu_k);
   side(c.seqlens_k);
   side(c.alibi);
+  side(c.sinks);
+  side(c.block_table);
+  side(c.dsinks);
   return s;
 }
 
@@ -138,6 +144,11 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
           mark(static_cast<const unsigned char*>(t.data) + t.offset(b, s, h) * es, t.dim * es);
   };
   const CallFields& a = c.args;
+  // The side arrays, in snapshot order: only dsinks is an output (when the call writes it there).
+  for (const int64_t bytes : {c.cu_q.count * 4, c.cu_k.count * 4, c.seqlens_k.count * 4, c.alibi.count * 4,
+                              c.sinks.count * 4, c.block_table.count * 4})
+    w.emplace_back(static_cast<size_t>(bytes), false);
+  w.emplace_back(static_cast<size_t>(c.dsinks.count * 4), c.backward && a.dsinks == c.dsinks.data.get());
   if (c.backward) {
     mark_view(a.dq);
     mark_view(a.dk);

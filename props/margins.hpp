@@ -1,0 +1,34 @@
+// How close an implementation came to the tolerance rule's bound: per output, the largest
+// max_error / bound over the cases it was judged on, with the case that gave it. The cross-check
+// properties print it per implementation after each run, so a long run (FLASHATTN_PROPS_CASES)
+// reports its worst ratios and how to replay them, not only whether it passed.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "props/case.hpp"
+#include "props/tolerance.hpp"
+
+namespace props {
+
+class Margins {
+ public:
+  // Records every verdict of `j`, judged on case c.
+  void add(const Judgement& j, const Case& c);
+  // One line per output in name order: "out 0.45 (replay: FLASHATTN_REPLAY='…')"; "" when empty.
+  std::string summary() const;
+  // The worst ratio recorded for `output` (0 when none).
+  double worst(const std::string& output) const;
+
+ private:
+  struct Worst {
+    double ratio = 0;
+    std::string line;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::string, Worst> worst_;
+};
+
+}  // namespace props
