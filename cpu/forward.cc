@@ -94,7 +94,7 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
   if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
   if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
   OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
-  RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
+  RescaleColumns(d, w.ot, ld, p.dim, W, w.alpha);
   PackProbabilityPairs(d, w.st, ld, nk, W, w.pp);
   // Oᵀ[x][i] += Σ_t V pair t [x] · Pᵀ pair t [i]
   GemmBf16Pairs(dim, W, w.vp, 1, p.dpad, w.pp, ld, ceil_div(nk, 2), w.ot, ld, true, nullptr, tiny);
