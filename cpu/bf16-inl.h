@@ -89,7 +89,7 @@ inline bool PackBf16RowPair(const uint16_t* HWY_RESTRICT a, const uint16_t* HWY_
 // bf16 patterns (low 16 bits of each lane) of the floats v, rounded to nearest even; NaN stays a
 // quiet NaN (flashattn/convert.hpp bf16_bits_from_float, lane-wise).
 template <class DF>
-HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RoundToBf16Bits(DF df, hn::Vec<DF> v) {
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RoundToBf16Bits(DF /*df*/, hn::Vec<DF> v) {
   const hn::RebindToUnsigned<DF> du;
   const auto u = hn::BitCast(du, v);
   const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
