@@ -137,7 +137,8 @@ int64_t hwy_target_of(int64_t target);
 // the 16-bit k, v rows themselves (no fp32 head copy).
 void use_bf16_dot(Plan& p, const AttentionArgs& a, bool backward);
 
-// Returns the index of `target` in a HWY_EXPORT dispatch table of this library.
+// Returns the index of `target` in a HWY_EXPORT dispatch table of this library (for
+// kTargetAvx3Bf16, its Highway target's).
 size_t dispatch_index(int64_t target);
 
 }  // namespace flashattn::cpu::detail

@@ -54,6 +54,7 @@ void detail::use_bf16_dot(Plan& p, const AttentionArgs& a, bool backward) {
 size_t detail::dispatch_index(int64_t target) {
   // Table layout of HWY_EXPORT (hwy/highway.h, 1.0.3): [0] initialiser, then one slot per dynamic
   // target in ChosenTarget bit order, then the SCALAR / EMU128 fallback.
+  target = hwy_target_of(target);  // AVX3_BF16's table slots are its AVX-512 Highway target's
   if (target & (HWY_SCALAR | HWY_EMU128)) return HWY_MAX_DYNAMIC_TARGETS + 1;
   return hwy::Num0BitsBelowLS1Bit_Nonzero64(static_cast<uint64_t>(HWY_CHOSEN_TARGET_SHIFT(target)));
 }
