@@ -26,6 +26,13 @@ int64_t choose_target(const Config& c) {
               ") is not a compiled target this CPU supports (available: " + names + ")");
 }
 
+// The plan of a validated call on `target` (choose_target).
+detail::Plan plan_on(const AttentionArgs& a, const Config& c, bool backward, int64_t target) {
+  detail::Plan p = detail::make_plan(a, c, backward);
+  if (target == detail::kTargetAvx3Bf16) detail::use_bf16_dot(p, a, backward);
+  return p;
+}
+
 }  // namespace
 
 // The general path (docs/semantics.md, Inference): validate everything, then write the appended
@@ -36,19 +43,20 @@ int64_t choose_target(const Config& c) {
 void forward(const ForwardArgs& a, const Config& c) {
   validate(a);
   const int64_t target = choose_target(c);
+  detail::check_config(c);  // a bad Config is rejected before the append writes the caches
   const AppendedCall call = apply_append(a);
   // Decode-shaped calls (cpu/decode.h: a rule on the shapes only) take the decode path, which reads
   // paged K/V, dv != d and sinks in place and honours num_splits.
   {
     const detail::Plan p = detail::make_plan(call.args, c, false);
     if (detail::decode_applies(call.args, c, p)) {
-      detail::decode_on_target(target, call.args, p, detail::make_decode_plan(call.args, c, p, call.args.num_splits));
+      detail::decode_on_target(detail::hwy_target_of(target), call.args, p,
+                               detail::make_decode_plan(call.args, c, p, call.args.num_splits));
       return;
     }
   }
   detail::forward_equal_dims(call.args, [&](const ForwardArgs& f) {
-    const detail::Plan p = detail::make_plan(f, c, false);
-    detail::forward_on_target(target, f, p);
+    detail::forward_on_target(detail::hwy_target_of(target), f, plan_on(f, c, false, target));
   });
 }
 
@@ -56,8 +64,7 @@ void backward(const BackwardArgs& a, const Config& c) {
   validate(a);
   const int64_t target = choose_target(c);
   detail::backward_equal_dims(a, [&](const BackwardArgs& f) {
-    const detail::Plan p = detail::make_plan(f, c, true);
-    detail::backward_on_target(target, f, p);
+    detail::backward_on_target(detail::hwy_target_of(target), f, plan_on(f, c, true, target));
   });
   detail::sink_gradients(a);
 }
@@ -82,7 +89,7 @@ size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
     }
   }
   f.q.dim = f.k.dim = std::max(a.q.dim, f.v.dim);
-  const detail::Plan p = detail::make_plan(f, c, false);
+  const detail::Plan p = plan_on(f, c, false, choose_target(c));
   return (static_cast<size_t>(p.threads) * detail::forward_scratch_floats(p) + detail::forward_shared_floats(p)) *
          sizeof(float);
 }
@@ -91,7 +98,7 @@ size_t workspace_bytes(const BackwardArgs& a, const Config& c) {
   validate(a);
   BackwardArgs f = a;
   f.q.dim = f.k.dim = std::max(a.q.dim, a.v.dim);
-  const detail::Plan p = detail::make_plan(f, c, true);
+  const detail::Plan p = plan_on(f, c, true, choose_target(c));
   return (static_cast<size_t>(p.threads) * detail::backward_scratch_floats(p) + detail::backward_partial_floats(p)) *
          sizeof(float);
 }

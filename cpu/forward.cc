@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "bf16_dot.h"
 #include "flashattn/problem.hpp"
 #include "plan.h"
 #include "kv.h"
@@ -21,6 +22,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "bf16-inl.h"
 #include "gemm-inl.h"
 #include "score-inl.h"
 #include "transpose-inl.h"
@@ -60,6 +62,49 @@ void PrefetchItemRows(const ForwardArgs& a, const Plan& p, const Item& next) {
   for (int64_t r = r0; r < r1; ++r) {
     prefetch_row(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + r, next.h), p.dim, PrefetchFor::read_soon);
   }
+}
+
+// Whether this target compiles the bf16 tile products (Plan::bf16_dot): the AVX-512 ones, which
+// kTargetAvx3Bf16 runs on (targets.cc).
+constexpr bool kBf16Path = HWY_TARGET <= HWY_AVX3;
+
+// One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h): packs the K
+// and V rows of head kvh as pairs, S = Q·Kᵀ, softmax as in ForwardItem, Pᵀ rounded to bf16 and
+// paired, O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel.
+void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, const Sequence& seq, int64_t kvh,
+                     int64_t c0, int64_t nk, int64_t W, TileKind kind, bool transform, float fused_scale,
+                     float hidden, const TileScores& ts, bool q_tiny) {
+  const hn::ScalableTag<float> d;
+  const int64_t dim = p.dim, d2 = ceil_div(dim, 2), ld = p.qpad;
+  const auto* k16 = static_cast<const uint16_t*>(a.k.data);
+  const auto* v16 = static_cast<const uint16_t*>(a.v.data);
+  bool tiny = q_tiny;
+  // Rows are found through key_row, so paged K/V (a block table) is read from its pages in place.
+  const auto k_row = [&](int64_t j) {
+    const KeyRow at = key_row(a, seq, c0 + j);
+    return k16 + a.k.offset(at.batch, at.row, kvh);
+  };
+  const auto v_row = [&](int64_t j) {
+    const KeyRow at = key_row(a, seq, c0 + j);
+    return v16 + a.v.offset(at.batch, at.row, kvh);
+  };
+  for (int64_t j = 0; j < nk; ++j) tiny |= PackBf16Row(k_row(j), dim, w.kp + j * d2);
+  for (int64_t j = 0; j < nk; j += 2) {
+    const uint16_t* r1 = j + 1 < nk ? v_row(j + 1) : nullptr;
+    tiny |= PackBf16RowPair(v_row(j), r1, dim, w.vp + (j / 2) * p.dpad);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  float* tmax = !transform && kind == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
+  if (tmax) std::fill(tmax, tmax + W, -inf);
+  // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
+  GemmBf16Pairs(nk, W, w.kp, d2, 1, reinterpret_cast<const uint32_t*>(w.qt), ld, d2, w.st, ld, false, tmax, tiny);
+  if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
+  if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+  OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
+  RescaleColumns(d, w.ot, ld, p.dim, W, w.alpha);
+  PackProbabilityPairs(d, w.st, ld, nk, W, w.pp);
+  // Oᵀ[x][i] += Σ_t V pair t [x] · Pᵀ pair t [i]
+  GemmBf16Pairs(dim, W, w.vp, 1, p.dpad, w.pp, ld, ceil_div(nk, 2), w.ot, ld, true, nullptr, tiny);
 }
 
 // Computes rows [r0, r0 + block_q) of query head h of sequence s; prefetches the rows of `next`.
@@ -105,7 +150,26 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     w.m[i] = a.sinks ? a.sinks[h] : -inf;
     w.l[i] = a.sinks ? 1.0f : 0.0f;
   }
-  Transpose(d, w.rows, p.dpad, W, dim, w.qt, ld);
+  // bf16 tile products: Qᵀ as pairs [ceil(d/2) x W] (a 32-bit transpose of the bf16 rows; the rows
+  // above only prepared the row state and stay unused).
+  const int64_t d2 = ceil_div(dim, 2);
+  bool q_tiny = false;
+  if (kBf16Path && p.bf16_dot) {
+    auto* qrows = reinterpret_cast<uint32_t*>(w.rows);
+    const auto* q16 = static_cast<const uint16_t*>(a.q.data);
+    for (int64_t i = 0; i < W; ++i) {
+      uint32_t* qi = qrows + i * p.dpad;
+      if (i < rows) {
+        q_tiny |= PackBf16Row(q16 + a.q.offset(seq.batch, seq.q_start + r0 + i, h), dim, qi);
+      } else {
+        std::fill(qi, qi + d2, 0u);
+      }
+      std::fill(qi + d2, qi + p.dpad, 0u);
+    }
+    Transpose(d, w.rows, p.dpad, W, d2, w.qt, ld);  // moves bits: pairs are not floats
+  } else {
+    Transpose(d, w.rows, p.dpad, W, dim, w.qt, ld);
+  }
   for (int64_t x = 0; x < p.dpad; ++x) {
     for (int64_t i = 0; i < W; i += L) hn::Store(hn::Zero(d), d, w.ot + x * ld + i);
   }
@@ -114,7 +178,9 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
   if (key_lo < key_hi) {
     Rows k, v;
     const int64_t kvh = kv_head(h, a.q.heads, a.k.heads);
-    if (p.copy_kv) {
+    if (kBf16Path && p.bf16_dot) {
+      // read below from the bf16 rows
+    } else if (p.copy_kv) {
       shared.acquire(a, seq, kvh, held.kv_slot, k, v, WidenRow);
     } else {
       in_place_kv(a, seq, kvh, k, v);
@@ -138,7 +204,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     const Matrix<float> ot{w.ot, dim, W, ld};  // Oᵀ [d x W]
     for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
-      prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
+      if (!(kBf16Path && p.bf16_dot)) prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
       if (c1 == key_hi) {  // the last tile: start the misses of this item's out rows and the next q rows
         for (int64_t i = 0; i < rows; ++i) {
           prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, PrefetchFor::write);
@@ -153,6 +219,10 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       // tile has large scores
       ts.c0 = c0;
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nk) : 0.0f;
+      if (kBf16Path && p.bf16_dot) {
+        ForwardTileBf16(a, p, w, seq, kvh, c0, nk, W, kind, transform, fused_scale, hidden, ts, q_tiny);
+        continue;
+      }
       const ConstMatrix kblock = row_block(k, c0, nk, dim);  // K[c0, c1)
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
         Gemm(dd, Matrix<double>{w.sd, nk, W, ld}, kblock, qt, Accumulate::no);

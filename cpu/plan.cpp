@@ -25,7 +25,7 @@ int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
 
 }  // namespace
 
-Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
+void check_config(const Config& c) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
   if (c.backward_blocks < 0 || c.backward_blocks > kMaxPassBlocks)
@@ -35,6 +35,10 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   if (c.scores != ScorePrecision::adaptive && c.scores != ScorePrecision::fp64 && c.scores != ScorePrecision::fp32)
     throw Error("cpu::Config.scores (" + std::to_string(static_cast<int>(c.scores)) +
                 ") must be ScorePrecision::adaptive, fp64 or fp32");
+}
+
+Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
+  check_config(c);
   Plan p;
   p.dim = a.q.dim;
   p.block_q = c.block_q > 0 ? c.block_q : kDefaultBlockQ;

@@ -78,6 +78,11 @@ struct ForwardScratch {
   int32_t* kend;  // [qpad] one past the last visible key per row
   float* rows;    // [qpad x dpad] the block's rows in fp32 (padded with 0): Q on the way in, O out
   float* knorm;   // [max_k] squared norms of one head's key rows (exact scores only, else null)
+  // bf16 tile products only (Plan::bf16_dot), else null; "pairs" are two bf16 in a uint32
+  // (bf16_dot.h), and Qᵀ as pairs [ceil(d/2) x qpad] lives in qt:
+  uint32_t* kp;   // [block_k x ceil(d/2)] the key block's rows as pairs (zero-padded to an even d)
+  uint32_t* vp;   // [ceil(block_k/2) x dpad] the value block as pairs of consecutive keys
+  uint32_t* pp;   // [ceil(block_k/2) x qpad] Pᵀ rounded to bf16, pairs of consecutive keys
 
   ForwardScratch(Carver& c, const Plan& p)
       : sd(take_exact_score_tile(c, p)),
@@ -91,7 +96,10 @@ struct ForwardScratch {
         kbeg(c.take<int32_t>(p.qpad, kVectorAlign)),
         kend(c.take<int32_t>(p.qpad, kVectorAlign)),
         rows(c.take<float>(p.qpad * p.dpad, kVectorAlign)),
-        knorm(take_key_norms(c, p)) {}
+        knorm(take_key_norms(c, p)),
+        kp(p.bf16_dot ? c.take<uint32_t>(p.block_k * ceil_div(p.dim, 2), kVectorAlign) : nullptr),
+        vp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.dpad, kVectorAlign) : nullptr),
+        pp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.qpad, kVectorAlign) : nullptr) {}
 };
 
 // One query block's operands and state in the backward: the inputs of its tile products, its dQ

@@ -5,13 +5,34 @@
 #include "flashattn/cpu.hpp"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
+#include "bf16_dot.h"
 #include "plan.h"
 
 namespace flashattn::cpu {
 
+static_assert((detail::kTargetAvx3Bf16 & (HWY_TARGETS | HWY_SCALAR | HWY_EMU128)) == 0,
+              "kTargetAvx3Bf16 must not be a bit of a compiled Highway target");
+
+namespace {
+
+// The best AVX-512 Highway target compiled and supported here (0: none).
+int64_t avx512_base_target() {
+  const int64_t usable = HWY_TARGETS & hwy::SupportedTargets();
+  for (const int64_t t : {int64_t{HWY_AVX3_DL}, int64_t{HWY_AVX3}}) {
+    if (usable & t) return t;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::vector<Target> targets() {
   const int64_t usable = HWY_TARGETS & hwy::SupportedTargets();
   std::vector<Target> out;
+  // The AVX512_BF16 path first: best for bf16 inputs, the same as its AVX-512 base for the rest.
+  if (avx512_base_target() != 0 && detail::cpu_has_avx512_bf16()) {
+    out.push_back(Target{detail::kTargetAvx3Bf16, "AVX3_BF16"});
+  }
   // A lower bit is a better target.
   for (int64_t rest = usable; rest != 0; rest &= rest - 1) {
     const int64_t bit = rest & -rest;
@@ -20,9 +41,20 @@ std::vector<Target> targets() {
   return out;
 }
 
+int64_t detail::hwy_target_of(int64_t target) {
+  return target == kTargetAvx3Bf16 ? avx512_base_target() : target;
+}
+
+void detail::use_bf16_dot(Plan& p, const AttentionArgs& a, bool backward) {
+  if (backward || a.q.dtype != DType::bf16) return;
+  p.bf16_dot = true;
+  p.copy_kv = false;
+}
+
 size_t detail::dispatch_index(int64_t target) {
   // Table layout of HWY_EXPORT (hwy/highway.h, 1.0.3): [0] initialiser, then one slot per dynamic
   // target in ChosenTarget bit order, then the SCALAR / EMU128 fallback.
+  target = hwy_target_of(target);  // AVX3_BF16's table slots are its AVX-512 Highway target's
   if (target & (HWY_SCALAR | HWY_EMU128)) return HWY_MAX_DYNAMIC_TARGETS + 1;
   return hwy::Num0BitsBelowLS1Bit_Nonzero64(static_cast<uint64_t>(HWY_CHOSEN_TARGET_SHIFT(target)));
 }

@@ -2,17 +2,25 @@
 // - ParallelFor (cpu/parallel.h): every item runs once, chunks of consecutive items run on one
 //   thread in order (the forward's next-item prefetch relies on it), per-thread state is made once
 //   per thread, and an exception from an item or from making the state comes out of the call;
+// - the bf16 pair kernel (cpu/bf16_dot.h), on CPUs with AVX512_BF16: vdpbf16ps gives the exact
+//   kernel's bits on normal values, each C the pairs' products summed high product first, and
+//   subnormal inputs count as zero only in the vdpbf16ps kernel;
 // - the scratch layouts (cpu/scratch.h): the regions read as vectors are 64-byte aligned, they come
 //   in order and the last one ends within the counted size, for plans with every optional region.
 #include <omp.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
 #include <doctest/doctest.h>
 
+#include "bf16_dot.h"
+#include "flashattn/convert.hpp"
 #include "parallel.h"
 #include "scratch.h"
 
@@ -94,7 +102,7 @@ TEST_CASE("cpu ParallelFor: an exception from an item or from a thread's state i
   CHECK(count.load() == 10);
 }
 
-// Plans with and without each optional region (exact scores, soft-capping, copied k/v, grouped
+// Plans with and without each optional region (exact scores, soft-capping, copied k/v, bf16 pairs, grouped
 // backward accumulators, several query blocks per pass), odd head dims and lengths.
 std::vector<Plan> layout_plans() {
   std::vector<Plan> plans;
@@ -112,8 +120,91 @@ std::vector<Plan> layout_plans() {
     p.softcap = variant >= 2;
     p.copy_kv = variant != 0;
     plans.push_back(p);
+    if (variant == 1 || variant == 2) {  // bf16 tile products (odd dim; odd block_k below)
+      p.bf16_dot = true;
+      p.exact_scores = false;
+      p.copy_kv = false;
+      p.block_k += variant - 1;
+      plans.push_back(p);
+    }
   }
   return plans;
+}
+
+// A 64-byte aligned buffer of n T (n rounded up to 16), zeroed.
+template <typename T>
+struct Aligned {
+  explicit Aligned(size_t n) : storage((n + 16) * sizeof(T) + 64) {
+    data = reinterpret_cast<T*>(storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64));
+  }
+  std::vector<char> storage;
+  T* data;
+};
+
+uint32_t pair_of(float lo, float hi) {
+  return flashattn::bf16_bits_from_float(lo) | static_cast<uint32_t>(flashattn::bf16_bits_from_float(hi)) << 16;
+}
+float low_of(uint32_t p) { return flashattn::float_from_bf16_bits(static_cast<uint16_t>(p)); }
+float high_of(uint32_t p) { return flashattn::float_from_bf16_bits(static_cast<uint16_t>(p >> 16)); }
+
+TEST_CASE("cpu bf16 pair kernel: vdpbf16ps matches the exact kernel and the pairwise FMA order") {
+  if (!flashattn::cpu::detail::cpu_has_avx512_bf16()) {
+    MESSAGE("SKIPPED: this CPU has no AVX512_BF16, the bf16 pair kernel cannot run here");
+    return;
+  }
+  using flashattn::cpu::detail::GemmBf16Pairs;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  // 7 rows (a full 6-row block and a 1-row tail), 48 columns (a 3-vector panel), 5 pairs; A read
+  // transposed-style (sa = 1, sb = na) to cover both strides.
+  const int64_t na = 7, W = 48, np = 5, ld = 64;
+  std::vector<uint32_t> A(static_cast<size_t>(na * np));
+  Aligned<uint32_t> B(static_cast<size_t>(np * ld));
+  for (auto& a : A) a = pair_of(normal(rng), normal(rng));
+  for (int64_t i = 0; i < np * ld; ++i) B.data[i] = pair_of(normal(rng), normal(rng));
+  Aligned<float> fast(static_cast<size_t>(na * ld)), exact(static_cast<size_t>(na * ld));
+  Aligned<float> max_fast(W), max_exact(W);
+  for (int64_t i = 0; i < W; ++i) max_fast.data[i] = max_exact.data[i] = -INFINITY;
+  for (int64_t i = 0; i < na * ld; ++i) fast.data[i] = exact.data[i] = 0.25f * static_cast<float>(i % 5);
+  GemmBf16Pairs(na, W, A.data(), 1, na, B.data, ld, np, fast.data, ld, true, max_fast.data, false);
+  GemmBf16Pairs(na, W, A.data(), 1, na, B.data, ld, np, exact.data, ld, true, max_exact.data, true);
+  for (int64_t r = 0; r < na; ++r) {
+    for (int64_t i = 0; i < W; ++i) {
+      float want = 0.25f * static_cast<float>((r * ld + i) % 5);
+      for (int64_t t = 0; t < np; ++t) {
+        const uint32_t a = A[static_cast<size_t>(r + t * na)], b = B.data[t * ld + i];
+        want = std::fma(high_of(a), high_of(b), want);
+        want = std::fma(low_of(a), low_of(b), want);
+      }
+      CHECK(exact.data[r * ld + i] == want);
+      CHECK(fast.data[r * ld + i] == want);
+    }
+  }
+  for (int64_t i = 0; i < W; ++i) {
+    float m = -INFINITY;
+    for (int64_t r = 0; r < na; ++r) m = std::max(m, exact.data[r * ld + i]);
+    CHECK(max_exact.data[i] == m);
+    CHECK(max_fast.data[i] == m);
+  }
+}
+
+TEST_CASE("cpu bf16 pair kernel: subnormal inputs are zero for vdpbf16ps, exact in the exact kernel") {
+  if (!flashattn::cpu::detail::cpu_has_avx512_bf16()) {
+    MESSAGE("SKIPPED: this CPU has no AVX512_BF16, the bf16 pair kernel cannot run here");
+    return;
+  }
+  using flashattn::cpu::detail::GemmBf16Pairs;
+  const float sub = std::ldexp(1.0f, -130);  // a bf16 subnormal
+  const uint32_t a = pair_of(sub, 0.0f);
+  Aligned<uint32_t> B(16);
+  for (int i = 0; i < 16; ++i) B.data[i] = pair_of(1.0f, 1.0f);
+  Aligned<float> fast(16), exact(16);
+  GemmBf16Pairs(1, 16, &a, 1, 1, B.data, 16, 1, fast.data, 16, false, nullptr, false);
+  GemmBf16Pairs(1, 16, &a, 1, 1, B.data, 16, 1, exact.data, 16, false, nullptr, true);
+  for (int i = 0; i < 16; ++i) {
+    CHECK(fast.data[i] == 0.0f);
+    CHECK(exact.data[i] == sub);
+  }
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorAlign == 0; }
@@ -121,7 +212,7 @@ bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorAli
 TEST_CASE("cpu scratch layouts: vector regions aligned, in order, within the counted size") {
   for (const Plan& p : layout_plans()) {
     INFO("dim ", p.dim, " block_q ", p.block_q, " block_k ", p.block_k, " exact ", p.exact_scores, " softcap ",
-         p.softcap, " copy_kv ", p.copy_kv);
+         p.softcap, " copy_kv ", p.copy_kv, " bf16_dot ", p.bf16_dot);
     {
       const size_t bytes = layout_bytes<ForwardScratch>(p);
       std::vector<char> storage(bytes + kVectorAlign);
@@ -132,8 +223,16 @@ TEST_CASE("cpu scratch layouts: vector regions aligned, in order, within the cou
       CHECK((w.sd != nullptr) == p.exact_scores);
       CHECK((w.knorm != nullptr) == p.exact_scores);
       if (w.sd) CHECK(static_cast<const void*>(w.sd) == base);
-      const char* end = w.knorm ? reinterpret_cast<const char*>(w.knorm + p.max_k)
-                                : reinterpret_cast<const char*>(w.rows + p.qpad * p.dpad);
+      CHECK((w.kp != nullptr) == p.bf16_dot);
+      CHECK((w.vp != nullptr) == p.bf16_dot);
+      CHECK((w.pp != nullptr) == p.bf16_dot);
+      if (w.pp) CHECK(aligned(w.pp));  // read as vectors (B of O += P·V)
+      if (w.kp) CHECK(reinterpret_cast<const char*>(w.kp) >= reinterpret_cast<const char*>(w.rows + p.qpad * p.dpad));
+      if (w.vp) CHECK(w.vp >= w.kp + p.block_k * flashattn::cpu::detail::ceil_div(p.dim, 2));
+      if (w.pp) CHECK(w.pp >= w.vp + flashattn::cpu::detail::ceil_div(p.block_k, 2) * p.dpad);
+      const char* end = w.pp ? reinterpret_cast<const char*>(w.pp + flashattn::cpu::detail::ceil_div(p.block_k, 2) * p.qpad)
+                        : w.knorm ? reinterpret_cast<const char*>(w.knorm + p.max_k)
+                                  : reinterpret_cast<const char*>(w.rows + p.qpad * p.dpad);
       CHECK(end == base + bytes);
     }
     {

@@ -243,3 +243,14 @@ TEST_CASE("validate inference: sinks, dsinks, dv and num_splits") {
     reject(fx, a, {"num_splits (-1) must be >= 0"});
   }
 }
+
+#ifdef FLASHATTN_UNIT_HAS_CPU
+TEST_CASE("validate inference: a bad cpu::Config is rejected before the append writes the caches") {
+  Inference fx;
+  const auto before = fx.snapshot();
+  flashattn::cpu::Config c;
+  c.block_q = -1;
+  check_words(error_of([&] { flashattn::cpu::forward(fx.append(), c); }), {"cpu::Config.block_q (-1) must be >= 0"});
+  CHECK_MESSAGE(fx.snapshot() == before, "a rejected append call wrote to memory");
+}
+#endif

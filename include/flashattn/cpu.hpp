@@ -6,6 +6,15 @@
 // rows are not contiguous per head (bshd); backward O(threads · seqlen_k · (block_q + d)), plus fp32
 // dK/dV partials per query head with GQA/MQA. Results are bitwise identical for any thread count and
 // across repeated calls.
+//
+// Targets: every Highway target compiled in and supported by the CPU, plus "AVX3_BF16" where the
+// CPU has AVX512_BF16 (checked at run time with CPUID; listed first, so it is the default there).
+// AVX3_BF16 runs the best AVX-512 Highway target, except that the forward of bf16 inputs computes
+// S = Q·Kᵀ and O += P·V with vdpbf16ps (bf16 products, fp32 accumulation) and P rounded to bf16
+// (nearest even) first, as GPU flash kernels do; f32/f16 inputs and the backward are that AVX-512
+// target's, bit for bit. Tiles with a nonzero bf16 input below 2^-56 in magnitude (subnormals
+// included) use an exact widening kernel instead, so vdpbf16ps's denormals-are-zero cannot change
+// a result (cpu/README.md, "Accuracy notes").
 #pragma once
 
 #include <cstddef>
@@ -35,7 +44,7 @@ struct Config {
   int block_q = 0;     // query rows per tile; 0: chosen from the cache sizes
   int block_k = 0;     // key rows per tile; 0: chosen from the cache sizes
   int threads = 0;     // OpenMP threads; 0: omp_get_max_threads()
-  int64_t target = 0;  // one Highway target bit to force (see targets()); 0: best supported
+  int64_t target = 0;  // one target bit to force (a Target::bit of targets()); 0: the first of targets()
   ScorePrecision scores = ScorePrecision::adaptive;  // fp32 inputs only (see above)
   int backward_blocks = 0;  // backward: query blocks that share one pass over the keys (1..16, each
                             // adds a P cache of seqlen_k x block_q floats); 0: 4 for long heads
@@ -47,8 +56,9 @@ struct Config {
 
 // A SIMD target compiled into the library and supported by this CPU.
 struct Target {
-  int64_t bit = 0;   // Highway target bit (HWY_AVX3, HWY_AVX2, ..., HWY_SCALAR)
-  std::string name;  // e.g. "AVX3"
+  int64_t bit = 0;   // Highway target bit (HWY_AVX3, HWY_AVX2, ..., HWY_SCALAR), or flashattn's own
+                     // bit of "AVX3_BF16" (1 << 1, a bit Highway 1.0.3 reserves)
+  std::string name;  // e.g. "AVX3", "AVX3_BF16"
 };
 
 // Returns the compiled targets this CPU can run, best first.

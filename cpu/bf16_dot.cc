@@ -1,0 +1,143 @@
+// The bf16-pair micro-kernel of bf16_dot.h, with AVX-512 intrinsics: Highway 1.0.3 has no
+// vdpbf16ps (its AVX3 bf16 paths widen to fp32). This file alone is compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (cpu/CMakeLists.txt), and its kernel runs only
+// after cpu_has_avx512_bf16() (targets.cc lists kTargetAvx3Bf16 only then).
+//
+// Same register blocking as gemm-inl.h on AVX-512: 6 rows of A (broadcast pairs) x 4 vectors of B,
+// 24 accumulators; each vdpbf16ps does two products per fp32 lane, so a pair step costs what one
+// fp32 FMA step costs for twice the work.
+#include "bf16_dot.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
+// -Wmaybe-uninitialized reports at every inlined use (GCC bug 105593); nothing here is uninitialised.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace flashattn::cpu::detail {
+namespace {
+
+constexpr int kRowsA = 6;
+constexpr int kVecsB = 4;
+constexpr int64_t kLanes = 16;
+
+// The bf16 halves of pair p as exact floats.
+inline float HighOf(uint32_t p) {
+  const uint32_t bits = p & 0xffff0000u;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline float LowOf(uint32_t p) {
+  const uint32_t bits = p << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <int MA, int NV, bool Exact>
+inline void Block(const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B, int64_t ldb, int64_t np, float* C,
+                  int64_t ldc, bool accumulate, float* col_max) {
+  __m512 acc[MA][NV];
+  for (int r = 0; r < MA; ++r) {
+    for (int v = 0; v < NV; ++v) acc[r][v] = accumulate ? _mm512_load_ps(C + r * ldc + v * kLanes) : _mm512_setzero_ps();
+  }
+  for (int64_t t = 0; t < np; ++t) {
+    const uint32_t* at = A + t * sb;
+    if constexpr (Exact) {
+      // Widened exactly (mask / shift), then FMAs in vdpbf16ps's order (high product first), so
+      // subnormal inputs and results stay what IEEE fp32 makes them.
+      const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+      __m512 bhi[NV], blo[NV];
+      for (int v = 0; v < NV; ++v) {
+        const __m512i b = _mm512_load_si512(B + t * ldb + v * kLanes);
+        bhi[v] = _mm512_castsi512_ps(_mm512_and_si512(b, hi_mask));
+        blo[v] = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+      }
+      for (int r = 0; r < MA; ++r) {
+        const __m512 ahi = _mm512_set1_ps(HighOf(at[r * sa]));
+        const __m512 alo = _mm512_set1_ps(LowOf(at[r * sa]));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(alo, blo[v], _mm512_fmadd_ps(ahi, bhi[v], acc[r][v]));
+      }
+    } else {
+      __m512i bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(B + t * ldb + v * kLanes);
+      for (int r = 0; r < MA; ++r) {
+        const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(at[r * sa])));
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, reinterpret_cast<__m512bh>(bv[v]));
+      }
+    }
+  }
+  for (int r = 0; r < MA; ++r) {
+    for (int v = 0; v < NV; ++v) _mm512_store_ps(C + r * ldc + v * kLanes, acc[r][v]);
+  }
+  if (col_max) {
+    for (int v = 0; v < NV; ++v) {
+      __m512 m = _mm512_load_ps(col_max + v * kLanes);
+      for (int r = 0; r < MA; ++r) m = _mm512_max_ps(m, acc[r][v]);
+      _mm512_store_ps(col_max + v * kLanes, m);
+    }
+  }
+}
+
+// Rows [0, na) of one panel of NV vectors.
+template <int NV, bool Exact>
+void Panel(int64_t na, const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B, int64_t ldb, int64_t np, float* C,
+           int64_t ldc, bool accumulate, float* col_max) {
+  int64_t a = 0;
+  for (; a + kRowsA <= na; a += kRowsA) {
+    Block<kRowsA, NV, Exact>(A + a * sa, sa, sb, B, ldb, np, C + a * ldc, ldc, accumulate, col_max);
+  }
+  const uint32_t* At = A + a * sa;
+  float* Ct = C + a * ldc;
+  switch (na - a) {
+    case 1: Block<1, NV, Exact>(At, sa, sb, B, ldb, np, Ct, ldc, accumulate, col_max); break;
+    case 2: Block<2, NV, Exact>(At, sa, sb, B, ldb, np, Ct, ldc, accumulate, col_max); break;
+    case 3: Block<3, NV, Exact>(At, sa, sb, B, ldb, np, Ct, ldc, accumulate, col_max); break;
+    case 4: Block<4, NV, Exact>(At, sa, sb, B, ldb, np, Ct, ldc, accumulate, col_max); break;
+    case 5: Block<5, NV, Exact>(At, sa, sb, B, ldb, np, Ct, ldc, accumulate, col_max); break;
+    default: break;  // 0 left
+  }
+}
+
+template <bool Exact>
+void Kernel(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B, int64_t ldb,
+            int64_t np, float* C, int64_t ldc, bool accumulate, float* col_max) {
+  const int64_t nvec = W / kLanes;
+  int64_t v = 0;
+  for (; v + kVecsB <= nvec; v += kVecsB) {
+    Panel<kVecsB, Exact>(na, A, sa, sb, B + v * kLanes, ldb, np, C + v * kLanes, ldc, accumulate,
+                         col_max ? col_max + v * kLanes : nullptr);
+  }
+  float* const cm = col_max ? col_max + v * kLanes : nullptr;
+  const uint32_t* Bv = B + v * kLanes;
+  float* Cv = C + v * kLanes;
+  switch (nvec - v) {
+    case 1: Panel<1, Exact>(na, A, sa, sb, Bv, ldb, np, Cv, ldc, accumulate, cm); break;
+    case 2: Panel<2, Exact>(na, A, sa, sb, Bv, ldb, np, Cv, ldc, accumulate, cm); break;
+    case 3: Panel<3, Exact>(na, A, sa, sb, Bv, ldb, np, Cv, ldc, accumulate, cm); break;
+    default: break;  // 0 left
+  }
+}
+
+}  // namespace
+
+bool cpu_has_avx512_bf16() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+void GemmBf16Pairs(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B, int64_t ldb,
+                   int64_t npairs, float* C, int64_t ldc, bool accumulate, float* col_max, bool exact) {
+  if (exact) {
+    Kernel<true>(na, W, A, sa, sb, B, ldb, npairs, C, ldc, accumulate, col_max);
+  } else {
+    Kernel<false>(na, W, A, sa, sb, B, ldb, npairs, C, ldc, accumulate, col_max);
+  }
+}
+
+}  // namespace flashattn::cpu::detail

@@ -1,0 +1,27 @@
+// The bf16 dot-product micro-kernel (AVX512_BF16 vdpbf16ps), compiled in its own translation unit
+// (bf16_dot.cc) with the AVX512_BF16 flags, and the run-time check that the CPU has them. Plain
+// declarations (no SIMD types): forward.cc's AVX-512 instantiation calls it for bf16 inputs when
+// the call runs on kTargetAvx3Bf16 (plan.h).
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cpu::detail {
+
+// Returns whether this CPU executes AVX512_BF16 (and the AVX-512 F/BW/VL the kernel also uses).
+bool cpu_has_avx512_bf16();
+
+// C[na x W] (+)= A · B over "bf16 pairs": every uint32 holds two bf16 values (element 2t in the low
+// half, 2t + 1 in the high half) of the reduction dimension, so
+//   C[a][i] (+)= Σ_t A(a, t).lo · B[t][i].lo + A(a, t).hi · B[t][i].hi,   t < npairs,
+// with A(a, t) = A[a·sa + t·sb] (broadcast) and B [npairs x W] row-major (stride ldb, 64-byte
+// aligned rows; W a multiple of 16), C fp32 (stride ldc, aligned). Each pair is two fp32 FMAs in
+// the order vdpbf16ps defines (high product first); products of bf16 are exact in fp32.
+// exact = false uses vdpbf16ps, which treats subnormal inputs as zero and flushes subnormal results
+// (its DAZ/FTZ semantics, whatever MXCSR says); exact = true widens and uses FMAs that keep them.
+// col_max (W floats, aligned, or null): col_max = max(col_max, max over the rows of C).
+void GemmBf16Pairs(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B,
+                   int64_t ldb, int64_t npairs, float* C, int64_t ldc, bool accumulate, float* col_max,
+                   bool exact);
+
+}  // namespace flashattn::cpu::detail
