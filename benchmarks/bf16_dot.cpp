@@ -4,8 +4,7 @@
 // backward (min of reps) for B = 1, Hq = Hk = heads, causal 0/1: bf16 on AVX3_BF16 and on AVX3 (the
 // widening path), f32 on the best target. Problems are bhsd, standard normal, scale 1/√d.
 //   flashattn-bf16-dot [threads=2] [heads=16] [reps=5] [N,d ...]   e.g. 1024,64 4096,128
-// This file is compiled with the AVX512_BF16 flags: run it only on such a CPU (it checks).
-#include <immintrin.h>
+// The peaks are flashattn-bench's (peak.hpp: best of 3 trials of register-resident chains).
 #include <omp.h>
 
 #include <algorithm>
@@ -19,57 +18,11 @@
 
 #include "flashattn/convert.hpp"
 #include "flashattn/cpu.hpp"
+#include "peak.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kChains = 12;  // independent accumulators: > latency x pipes
-
-// Flops of `iters` rounds of kChains vdpbf16ps (16 lanes x 2 products each).
-double DotLoop(int64_t iters) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
-  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // (1, 1)
-  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x33803380));  // tiny: no overflow
-  for (int64_t i = 0; i < iters; ++i) {
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
-    for (int c = 0; c < kChains; ++c) __asm__ volatile("" : "+v"(acc[c]));
-  }
-  for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
-  alignas(64) float sink[16];
-  _mm512_store_ps(sink, acc[0]);
-  __asm__ volatile("" : : "r"(sink) : "memory");
-  return static_cast<double>(iters) * kChains * 16 * 4;
-}
-
-// Flops of `iters` rounds of kChains fp32 FMAs.
-double FmaLoop(int64_t iters) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
-  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-7f);
-  for (int64_t i = 0; i < iters; ++i) {
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-    for (int c = 0; c < kChains; ++c) __asm__ volatile("" : "+v"(acc[c]));
-  }
-  for (int c = 1; c < kChains; ++c) acc[0] = _mm512_add_ps(acc[0], acc[c]);
-  alignas(64) float sink[16];
-  _mm512_store_ps(sink, acc[0]);
-  __asm__ volatile("" : : "r"(sink) : "memory");
-  return static_cast<double>(iters) * kChains * 16 * 2;
-}
-
-// Best of 3 half-second trials on `threads` threads, GFLOP/s.
-double Peak(double (*loop)(int64_t), int threads) {
-  double best = 0;
-  for (int t = 0; t < 3; ++t) {
-    double flops = 0;
-    const auto t0 = Clock::now();
-#pragma omp parallel num_threads(threads) reduction(+ : flops)
-    flops += loop(int64_t{20} << 20);
-    best = std::max(best, flops / std::chrono::duration<double>(Clock::now() - t0).count() * 1e-9);
-  }
-  return best;
-}
 
 flashattn::Tensor Bhsd(void* p, flashattn::DType t, int64_t heads, int64_t n, int64_t d) {
   flashattn::Tensor x;
@@ -113,7 +66,8 @@ int main(int argc, char** argv) {
     if (std::sscanf(argv[i], "%lld,%lld", &n, &d) == 2) shapes.push_back({n, d});
   }
   if (shapes.empty()) shapes = {{1024, 64}, {1024, 128}, {4096, 64}, {4096, 128}};
-  const double dot_peak = Peak(DotLoop, threads), fma_peak = Peak(FmaLoop, threads);
+  const double dot_peak = bench::measure_bf16_peak_gflops(threads, 1.5);
+  const double fma_peak = bench::measure_fma_peak_gflops(threads, 1.5);
   std::printf("peaks, %d threads: vdpbf16ps %.1f GFLOP/s, fp32 FMA %.1f GFLOP/s (ratio %.2f)\n", threads, dot_peak,
               fma_peak, dot_peak / fma_peak);
   int64_t avx3 = 0, bf16 = 0;

@@ -18,16 +18,59 @@ constexpr const char* kReexecMarker = "FLASHATTN_BENCH_REEXEC";
 constexpr const char* kCoretypeOption = "--openblas-coretype";
 }  // namespace
 
-std::string cpu_model() {
+namespace {
+// Returns the value of the first "key : value" line of /proc/cpuinfo whose key is `key`, or "".
+std::string cpuinfo_field(const std::string& key) {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const auto end = line.find_last_not_of(" \t", colon - 1);
+    if (end == std::string::npos || line.compare(0, end + 1, key) != 0 || end + 1 != key.size()) continue;
+    const auto value = line.find_first_not_of(' ', colon + 1);
+    return value == std::string::npos ? "" : line.substr(value);
   }
-  return "unknown CPU";
+  return "";
+}
+
+// Returns the size in bytes of cpu0's cache of `level` whose type is not "Instruction", from
+// /sys/devices/system/cpu/cpu0/cache/index*/ ("32K"), or 0 when absent.
+int64_t sys_cache_bytes(int level) {
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream lf(dir + "level"), tf(dir + "type"), sf(dir + "size");
+    int l = 0;
+    std::string type, size;
+    if (!(lf >> l)) break;
+    if (l != level || !(tf >> type) || type == "Instruction" || !(sf >> size)) continue;
+    const int64_t n = std::atoll(size.c_str());
+    const char unit = size.empty() ? 'B' : size.back();
+    return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
+  }
+  return 0;
+}
+}  // namespace
+
+std::string cpu_model() {
+  const std::string name = cpuinfo_field("model name");
+  return name.empty() ? "unknown CPU" : name;
+}
+
+std::string cpu_description() {
+  const std::string family = cpuinfo_field("cpu family"), model = cpuinfo_field("model");
+  if (family.empty() || model.empty()) return cpu_model();
+  return cpu_model() + " (family " + family + " model " + model + ")";
+}
+
+int64_t l1d_cache_bytes() {
+  const long n = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  return n > 0 ? n : sys_cache_bytes(1);
+}
+
+int64_t l2_cache_bytes() {
+  const long n = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return n > 0 ? n : sys_cache_bytes(2);
 }
 
 double available_memory_bytes() {

@@ -1,12 +1,22 @@
 // Facts about the host the benchmark reports, and the OpenBLAS core-type setup.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace bench {
 
 // Returns the "model name" of /proc/cpuinfo (e.g. "AMD EPYC"), or "unknown CPU".
 std::string cpu_model();
+
+// Returns the model name with the family and model numbers, e.g. "AMD EPYC (family 25 model 17)":
+// the name alone does not tell the development hosts' Zen 4 and Zen 5 apart.
+std::string cpu_description();
+
+// Return the per-core L1 data and L2 cache sizes in bytes (sysconf, else cpu0's entries in
+// /sys/devices/system/cpu/cpu0/cache), 0 when unknown.
+int64_t l1d_cache_bytes();
+int64_t l2_cache_bytes();
 
 // Returns MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 double available_memory_bytes();

@@ -228,7 +228,9 @@ int run(int argc, char** argv) {
   }
 
   MachineInfo m;
-  m.cpu_model = cpu_model();
+  m.cpu_model = cpu_description();
+  m.l1d_bytes = l1d_cache_bytes();
+  m.l2_bytes = l2_cache_bytes();
   m.simd_target = simd_target_name();
   m.blas_core = Standard::blas_core();
   m.threads = omp_get_max_threads();
@@ -239,7 +241,8 @@ int run(int argc, char** argv) {
 #endif
   const bool gpu_used = std::find(available.begin(), available.end(), "gpu") != available.end() &&
                         std::any_of(ordered.begin(), ordered.end(), [](const Case& c) { return c.impl == "gpu"; });
-  std::cout << "flashattn-bench on " << m.cpu_model << ", " << m.threads << " threads, SIMD " << m.simd_target
+  std::cout << "flashattn-bench on " << m.cpu_model << " (L1d " << human_bytes(double(m.l1d_bytes)) << ", L2 "
+            << human_bytes(double(m.l2_bytes)) << " per core), " << m.threads << " threads, SIMD " << m.simd_target
             << ", OpenBLAS core " << m.blas_core << "; implementations:";
   for (const auto& a : available) std::cout << ' ' << a;
   std::cout << "\n" << ordered.size() << " cases" << (o.custom ? "" : " (built-in default set)") << std::endl;
@@ -248,6 +251,7 @@ int run(int argc, char** argv) {
                 m.load_average, m.threads);
 
   m.peak_before = measure_fma_peak_gflops(m.threads, o.peak_seconds);
+  m.bf16_peak_before = measure_bf16_peak_gflops(m.threads, o.peak_seconds);
 #ifdef FLASHATTN_HAVE_GPU
   if (gpu_used) {
     const GpuCeilings g = measure_gpu_ceilings();
@@ -265,16 +269,34 @@ int run(int argc, char** argv) {
     i = j;
   }
   m.peak_after = measure_fma_peak_gflops(m.threads, o.peak_seconds);
+  m.bf16_peak_after = measure_bf16_peak_gflops(m.threads, o.peak_seconds);
 #ifdef FLASHATTN_HAVE_GPU
   if (gpu_used) m.gpu_gemm_after = measure_gpu_ceilings().gemm_tflops * 1e3;
 #endif
   for (Result& r : results) {
-    r.peak_gflops = r.c.impl == "gpu" ? m.gpu_peak() : m.peak();
-    r.efficiency = r.status == "ok" && r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0;
+    const bool ok = r.status == "ok";
+    r.cpu = m.cpu_model;
+    if (r.c.impl == "gpu") {
+      r.peak_kind = "gpu bf16 gemm";
+      r.peak_gflops = m.gpu_peak();
+    } else {
+      r.fp32_peak_gflops = m.peak();
+      r.fp32_efficiency = ok && m.peak() > 0 ? r.gflops / m.peak() : 0;
+      const bool bf16 = r.c.problem.dtype == flashattn::DType::bf16 && m.bf16_peak() > 0;
+      r.peak_kind = bf16 ? "bf16 dot" : "fp32 fma";
+      r.peak_gflops = bf16 ? m.bf16_peak() : m.peak();
+    }
+    r.efficiency = ok && r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0;
   }
 
   std::printf("FMA peak (fp32, %d threads, %s): %.0f GFLOP/s before, %.0f after; %%peak uses %.0f\n", m.threads,
               m.simd_target.c_str(), m.peak_before, m.peak_after, m.peak());
+  if (m.bf16_peak() > 0)
+    std::printf("bf16 dot peak (vdpbf16ps, %d threads): %.0f GFLOP/s before, %.0f after; %%peak of bf16 cases uses %.0f, "
+                "%%fp32 is against the fp32 FMA peak\n",
+                m.threads, m.bf16_peak_before, m.bf16_peak_after, m.bf16_peak());
+  else
+    std::printf("bf16 dot peak: no AVX512_BF16 on this CPU; bf16 cases use the fp32 FMA peak\n");
   if (gpu_used)
     std::printf("GPU %s: copy %.0f GB/s; cuBLAS bf16 GEMM %.0f GFLOP/s before, %.0f after; gpu %%peak uses %.0f\n",
                 m.gpu.c_str(), m.gpu_copy_gbps, m.gpu_gemm_before, m.gpu_gemm_after, m.gpu_peak());

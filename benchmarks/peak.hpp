@@ -8,4 +8,8 @@ namespace bench {
 // shared, so a single trial can read low).
 double measure_fma_peak_gflops(int threads, double seconds);
 
+// Returns the bf16 dot-product throughput in GFLOP/s (AVX512_BF16 vdpbf16ps, 2 FLOPs per bf16
+// product), measured like measure_fma_peak_gflops; 0 when the CPU lacks AVX512_BF16.
+double measure_bf16_peak_gflops(int threads, double seconds);
+
 }  // namespace bench

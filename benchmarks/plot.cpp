@@ -58,8 +58,12 @@ bool plot(const std::string& prefix, const MachineInfo& m, const std::vector<Res
   };
   g << "set output '" << prefix << "-throughput.png'\n"
     << "set ylabel 'GFLOP/s'\nset title 'throughput (" << m.cpu_model << ", " << m.threads << " threads; FMA peak "
-    << static_cast<int>(m.peak()) << " GFLOP/s)'\n";
+    << static_cast<int>(m.peak()) << " GFLOP/s";
+  if (m.bf16_peak() > 0) g << ", bf16 dot peak " << static_cast<int>(m.bf16_peak()) << " GFLOP/s";
+  g << ")'\n";
   g << "set arrow from graph 0, first " << m.peak() << " to graph 1, first " << m.peak() << " nohead dt 2\n";
+  if (m.bf16_peak() > 0)  // dotted: the ceiling of the bf16 cases
+    g << "set arrow from graph 0, first " << m.bf16_peak() << " to graph 1, first " << m.bf16_peak() << " nohead dt 3\n";
   lines(2);
   g << "unset arrow\nset output '" << prefix << "-memory.png'\nset logscale y 2\nset format y '%.0b %BB'\n"
     << "set ylabel 'extra memory (bytes)'\n"

@@ -56,7 +56,7 @@ std::string check_text(const Result& r) {
 
 void print_table(std::ostream& os, const std::vector<Result>& rs) {
   const std::vector<std::string> head{"impl", "pass", "dtype", "B", "Hq", "Hk", "Nq", "Nk", "d", "mask", "tiles",
-                                      "min ms", "med ms", "GFLOP/s", "%peak", "extra mem", "check"};
+                                      "min ms", "med ms", "GFLOP/s", "%peak", "%fp32", "extra mem", "check"};
   std::vector<std::vector<std::string>> rows;
   for (const Result& r : rs) {
     const Problem& p = r.c.problem;
@@ -65,9 +65,10 @@ void print_table(std::ostream& os, const std::vector<Result>& rs) {
                                  std::to_string(p.seqlen_k), std::to_string(p.head_dim), p.causal ? "causal" : "none",
                                  tiles(r.c)};
     if (r.status != "ok") {
-      row.insert(row.end(), {"-", "-", "-", "-", "-", r.status});
+      row.insert(row.end(), {"-", "-", "-", "-", "-", "-", r.status});
     } else {
       row.insert(row.end(), {fmt(r.ms_min, 3), fmt(r.ms_median, 3), fmt(r.gflops, 1), fmt(100 * r.efficiency, 1),
+                             r.fp32_peak_gflops > 0 ? fmt(100 * r.fp32_efficiency, 1) : "-",
                              human_bytes(static_cast<double>(r.extra_bytes)), check_text(r)});
     }
     rows.push_back(row);
@@ -114,8 +115,11 @@ nlohmann::ordered_json record(const Result& r) {
                         {"ms_median", r.ms_median},
                         {"flops", r.flops},
                         {"gflops", r.gflops},
+                        {"peak_kind", r.peak_kind},
                         {"peak_gflops", r.peak_gflops},
                         {"efficiency", r.efficiency},
+                        {"fp32_peak_gflops", r.fp32_peak_gflops},
+                        {"fp32_efficiency", r.fp32_efficiency},
                         {"extra_bytes", r.extra_bytes},
                         {"extra_bytes_measured", r.extra_bytes_measured},
                         {"extra_bytes_declared", r.extra_bytes_declared},
@@ -123,7 +127,8 @@ nlohmann::ordered_json record(const Result& r) {
                         {"check_max_err", r.check_max_err},
                         {"check_bound", r.check_bound},
                         {"check_passed", r.check_passed},
-                        {"check_note", r.check_note}};
+                        {"check_note", r.check_note},
+                        {"cpu", r.cpu}};
 }
 
 std::ofstream open_or_throw(const std::string& path) {
@@ -136,9 +141,12 @@ std::ofstream open_or_throw(const std::string& path) {
 
 void write_json(const std::string& path, const MachineInfo& m, const std::vector<Result>& rs) {
   nlohmann::ordered_json j;
-  j["machine"] = {{"cpu_model", m.cpu_model}, {"simd_target", m.simd_target}, {"blas_core", m.blas_core},
+  j["machine"] = {{"cpu_model", m.cpu_model}, {"l1d_bytes", m.l1d_bytes}, {"l2_bytes", m.l2_bytes},
+                  {"simd_target", m.simd_target}, {"blas_core", m.blas_core},
                   {"gpu", m.gpu},             {"threads", m.threads},         {"peak_gflops_before", m.peak_before},
-                  {"peak_gflops_after", m.peak_after}, {"peak_gflops", m.peak()}, {"load_average", m.load_average},
+                  {"peak_gflops_after", m.peak_after}, {"peak_gflops", m.peak()},
+                  {"bf16_peak_gflops_before", m.bf16_peak_before}, {"bf16_peak_gflops_after", m.bf16_peak_after},
+                  {"bf16_peak_gflops", m.bf16_peak()}, {"load_average", m.load_average},
                   {"gpu_copy_gbps", m.gpu_copy_gbps}, {"gpu_gemm_bf16_gflops_before", m.gpu_gemm_before},
                   {"gpu_gemm_bf16_gflops_after", m.gpu_gemm_after}};
   j["results"] = nlohmann::ordered_json::array();

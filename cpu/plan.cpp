@@ -2,9 +2,12 @@
 #include "plan.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "flashattn/error.hpp"
@@ -23,7 +26,46 @@ int64_t max_rows(const int32_t* cu, int64_t count, int64_t rows) {
   return m;
 }
 
+// Returns the size in bytes of cpu0's data or unified cache of `level` as /sys lists it ("32K"), or 0.
+int64_t sys_cache_bytes(int level) {
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream lf(dir + "level"), tf(dir + "type"), sf(dir + "size");
+    int l = 0;
+    std::string type, size;
+    if (!(lf >> l)) break;
+    if (l != level || !(tf >> type) || type == "Instruction" || !(sf >> size)) continue;
+    const int64_t n = std::atoll(size.c_str());
+    const char unit = size.back();
+    return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
+  }
+  return 0;
+}
+
+// Returns the cache size from sysconf (glibc reads CPUID), else /sys, else `fallback`.
+int64_t cache_bytes(int sysconf_name, int level, int64_t fallback) {
+  const long n = sysconf(sysconf_name);
+  if (n > 0) return n;
+  const int64_t s = sys_cache_bytes(level);
+  return s > 0 ? s : fallback;
+}
+
 }  // namespace
+
+CacheSizes detected_caches() {
+  static const CacheSizes caches{cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 1, kFallbackCaches.l1d),
+                                 cache_bytes(_SC_LEVEL2_CACHE_SIZE, 2, kFallbackCaches.l2)};
+  return caches;
+}
+
+int64_t default_block_k(const CacheSizes& caches, int64_t dpad) {
+  const int64_t bytes = static_cast<int64_t>(sizeof(float));
+  int64_t k = kMaxDefaultBlockK;
+  while (k > kMinDefaultBlockK &&
+         (3 * k * kDefaultBlockQ * bytes > 2 * caches.l1d || 8 * 2 * k * dpad * bytes > caches.l2))
+    k /= 2;
+  return k;
+}
 
 void check_config(const Config& c) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
@@ -42,9 +84,9 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   Plan p;
   p.dim = a.q.dim;
   p.block_q = c.block_q > 0 ? c.block_q : kDefaultBlockQ;
-  p.block_k = c.block_k > 0 ? c.block_k : (p.dim > kLargeHeadDim ? kDefaultBlockKLargeD : kDefaultBlockK);
   p.qpad = round_up(p.block_q, kMaxLanes);
   p.dpad = round_up(std::max<int64_t>(p.dim, 1), kMaxLanes);
+  p.block_k = c.block_k > 0 ? c.block_k : default_block_k(detected_caches(), p.dpad);
   p.threads = c.threads > 0 ? c.threads : omp_get_max_threads();
   const int64_t nseq = num_sequences(a);
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
@@ -54,8 +96,8 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
     const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
     p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
     p.pass_blocks = std::max<int64_t>(std::min(p.pass_blocks, ceil_div(p.max_q, p.block_q)), 1);
-    if (c.block_k == 0 && a.causal && p.max_k <= kShortCausalKeys && p.dim <= kLargeHeadDim)
-      p.block_k = kBackwardCausalBlockK;
+    if (c.block_k == 0 && a.causal && p.max_k <= kShortCausalKeys)
+      p.block_k = std::min(p.block_k, kBackwardCausalBlockK);
   }
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
   p.sequences = nseq;

@@ -18,20 +18,44 @@ namespace flashattn::cpu::detail {
 // rounded up to it, so the scratch layout does not depend on the target that runs.
 constexpr int64_t kMaxLanes = 16;
 
-// Default query rows per tile: 4 AVX-512 vectors. The S and P tiles are [block_k x block_q] fp32 and
-// the O accumulator [d x block_q]: at d = 128 they take 32 + 32 KiB, sized for the 1 MiB L2 with the
-// K and V blocks beside them (docs/cpu-design.md, "Tile sizes").
+// Default query rows per tile: 4 AVX-512 vectors, exactly one panel of the micro-kernel (gemm-inl.h);
+// not a cache size: narrower panels measured 25 % slower (docs/cpu-design.md, "Tile sizes").
 constexpr int kDefaultBlockQ = 64;
-// Default key rows per tile (d <= 128), and for larger head dims (keeps K and V blocks within L2).
-constexpr int kDefaultBlockK = 128;
-constexpr int kDefaultBlockKLargeD = 64;
-// The backward's default key rows per tile under a causal mask with at most kShortCausalKeys keys:
-// there the masked-off part of the diagonal tiles is a visible share of the work, and halving the
-// key tile halves it (N = 1024, d = 128: 5-6 % faster; tile sweep in benchmarks/RESULTS.md). Longer
-// sequences and the forward measure best (within noise) with kDefaultBlockK.
-constexpr int kBackwardCausalBlockK = 64;
+
+// Per-core cache sizes the default key tile is derived from (default_block_k).
+struct CacheSizes {
+  int64_t l1d = 0;  // bytes of L1 data cache
+  int64_t l2 = 0;   // bytes of L2
+};
+// Used when the sizes cannot be read: the smaller L1d of the development hosts (Zen 4) and their L2.
+constexpr CacheSizes kFallbackCaches{32 << 10, 1 << 20};
+// The default key tile is a power of two in [kMinDefaultBlockK, kMaxDefaultBlockK]: below 64 keys the
+// per-tile softmax and mask work dominates; above 256 no measured shape gained.
+constexpr int64_t kMinDefaultBlockK = 64;
+constexpr int64_t kMaxDefaultBlockK = 256;
+
+// Returns this machine's per-core L1d and L2 sizes: sysconf, else cpu0's entries in
+// /sys/devices/system/cpu/cpu0/cache, else kFallbackCaches (per size). Read once per process.
+CacheSizes detected_caches();
+
+// Returns the default key rows per tile for a padded head dim dpad (docs/cpu-design.md, "Tile sizes"):
+// the largest power of two in [kMinDefaultBlockK, kMaxDefaultBlockK] such that
+//   (L1) the P tile the O product streams from L1, block_k x kDefaultBlockQ fp32, takes at most 2/3
+//        of the L1d (the rest holds the broadcast rows and the output panel), and
+//   (L2) one step's K and V blocks, 2 x block_k x dpad fp32, take at most 1/8 of the L2 (the Qᵀ, S,
+//        P and Oᵀ tiles, the next blocks in flight and the other pass's data share it).
+// 48 KiB L1d, 1 MiB L2 (Zen 5, where the tiles were tuned): 128 for d <= 128, 64 for d in (128, 256];
+// 32 KiB L1d (Zen 4): 64. A function of the caches and d only, never of the thread count, so results
+// stay bitwise the same for any number of threads on one machine (other tiles round differently).
+int64_t default_block_k(const CacheSizes& caches, int64_t dpad);
+
+// The backward's default key rows per tile under a causal mask with at most kShortCausalKeys keys is
+// at most this: there the masked-off part of the diagonal tiles is a visible share of the work, and
+// halving the key tile halves it (N = 1024, d = 128: 5-6 % faster on Zen 5; tile sweep in
+// benchmarks/RESULTS.md). Longer sequences and the forward measure best (within noise) with the
+// default_block_k tiles.
+constexpr int64_t kBackwardCausalBlockK = 64;
 constexpr int64_t kShortCausalKeys = 2048;
-constexpr int64_t kLargeHeadDim = 128;
 
 // Query rows whose dK, dV contributions the backward sums in a group accumulator before adding them
 // to the head's: every fp32 dK, dV element otherwise takes one FMA per query row into one running

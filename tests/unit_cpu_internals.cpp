@@ -6,7 +6,8 @@
 //   kernel's bits on normal values, each C the pairs' products summed high product first, and
 //   subnormal inputs count as zero only in the vdpbf16ps kernel;
 // - the scratch layouts (cpu/scratch.h): the regions read as vectors are 64-byte aligned, they come
-//   in order and the last one ends within the counted size, for plans with every optional region.
+//   in order and the last one ends within the counted size, for plans with every optional region;
+// - the default key tile derived from the cache sizes (cpu/plan.h default_block_k).
 #include <omp.h>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "bf16_dot.h"
 #include "flashattn/convert.hpp"
 #include "parallel.h"
+#include "plan.h"
 #include "scratch.h"
 
 namespace flashattn_test {
@@ -262,6 +264,36 @@ TEST_CASE("cpu scratch layouts: vector regions aligned, in order, within the cou
       CHECK(end == base + bytes);
     }
   }
+}
+
+TEST_CASE("cpu default key tile: derived from L1d and L2, the Zen 5 tuning kept") {
+  using flashattn::cpu::detail::CacheSizes;
+  using flashattn::cpu::detail::default_block_k;
+  using flashattn::cpu::detail::detected_caches;
+  const CacheSizes zen5{48 << 10, 1 << 20}, zen4{32 << 10, 1 << 20};
+  // The tiles tuned on Zen 5 (docs/cpu-design.md): 128 keys up to d = 128, 64 above (dpad 144..256).
+  CHECK(default_block_k(zen5, 64) == 128);
+  CHECK(default_block_k(zen5, 128) == 128);
+  CHECK(default_block_k(zen5, 144) == 64);
+  CHECK(default_block_k(zen5, 256) == 64);
+  // The L1 bound: a 128 x 64 fp32 P tile (32 KiB) is more than 2/3 of a 32 KiB L1d.
+  CHECK(default_block_k(zen4, 64) == 64);
+  CHECK(default_block_k(zen4, 128) == 64);
+  // Exactly at the L1 bound (3 x 32 KiB = 2 x 48 KiB) the tile still fits; one byte less and it halves.
+  CHECK(default_block_k(CacheSizes{(48 << 10) - 1, 1 << 20}, 64) == 64);
+  // Large caches reach the cap; the L2 bound alone: 2 x 256 x 64 fp32 = 128 KiB = 1/8 of 1 MiB.
+  CHECK(default_block_k(CacheSizes{1 << 20, 1 << 20}, 64) == 256);
+  CHECK(default_block_k(CacheSizes{1 << 20, (1 << 20) - 1}, 64) == 128);
+  CHECK(default_block_k(CacheSizes{1 << 20, 1 << 20}, 128) == 128);
+  // Tiny or unknown-small caches stop at the floor; huge head dims too.
+  CHECK(default_block_k(CacheSizes{4 << 10, 64 << 10}, 64) == 64);
+  CHECK(default_block_k(zen5, 1024) == 64);
+  // Detection yields positive sizes (the fallback when nothing can be read), the same on every call.
+  const CacheSizes c = detected_caches();
+  CHECK(c.l1d > 0);
+  CHECK(c.l2 > 0);
+  CHECK(detected_caches().l1d == c.l1d);
+  CHECK(detected_caches().l2 == c.l2);
 }
 
 }  // namespace
