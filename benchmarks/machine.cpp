@@ -1,6 +1,10 @@
 // Host facts and the OpenBLAS re-execution. See machine.hpp.
 #include "machine.hpp"
 
+#if FLASHATTN_HAVE_CPU
+#include "flashattn/cpu.hpp"
+#endif
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,22 +38,6 @@ std::string cpuinfo_field(const std::string& key) {
   return "";
 }
 
-// Returns the size in bytes of cpu0's cache of `level` whose type is not "Instruction", from
-// /sys/devices/system/cpu/cpu0/cache/index*/ ("32K"), or 0 when absent.
-int64_t sys_cache_bytes(int level) {
-  for (int i = 0; i < 16; ++i) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream lf(dir + "level"), tf(dir + "type"), sf(dir + "size");
-    int l = 0;
-    std::string type, size;
-    if (!(lf >> l)) break;
-    if (l != level || !(tf >> type) || type == "Instruction" || !(sf >> size)) continue;
-    const int64_t n = std::atoll(size.c_str());
-    const char unit = size.empty() ? 'B' : size.back();
-    return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
-  }
-  return 0;
-}
 }  // namespace
 
 std::string cpu_model() {
@@ -63,15 +51,14 @@ std::string cpu_description() {
   return cpu_model() + " (family " + family + " model " + model + ")";
 }
 
-int64_t l1d_cache_bytes() {
-  const long n = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-  return n > 0 ? n : sys_cache_bytes(1);
-}
-
-int64_t l2_cache_bytes() {
-  const long n = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return n > 0 ? n : sys_cache_bytes(2);
-}
+#if FLASHATTN_HAVE_CPU
+// The sizes the CPU library reads and derives its default key tile from (one reader for both).
+int64_t l1d_cache_bytes() { return flashattn::cpu::cache_sizes().l1d; }
+int64_t l2_cache_bytes() { return flashattn::cpu::cache_sizes().l2; }
+#else
+int64_t l1d_cache_bytes() { return 0; }
+int64_t l2_cache_bytes() { return 0; }
+#endif
 
 double available_memory_bytes() {
   std::ifstream f("/proc/meminfo");

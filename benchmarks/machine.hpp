@@ -13,8 +13,8 @@ std::string cpu_model();
 // the name alone does not tell the development hosts' Zen 4 and Zen 5 apart.
 std::string cpu_description();
 
-// Return the per-core L1 data and L2 cache sizes in bytes (sysconf, else cpu0's entries in
-// /sys/devices/system/cpu/cpu0/cache), 0 when unknown.
+// Return the per-core L1 data and L2 cache sizes in bytes as the CPU library reads them
+// (flashattn::cpu::cache_sizes), 0 when unknown or when the CPU library is not built.
 int64_t l1d_cache_bytes();
 int64_t l2_cache_bytes();
 

@@ -36,27 +36,38 @@ int64_t sys_cache_bytes(int level) {
     if (!(lf >> l)) break;
     if (l != level || !(tf >> type) || type == "Instruction" || !(sf >> size)) continue;
     const int64_t n = std::atoll(size.c_str());
-    const char unit = size.back();
+    const char unit = size.empty() ? 'B' : size.back();
     return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
   }
   return 0;
 }
 
-// Returns the cache size from sysconf (glibc reads CPUID), else /sys, else `fallback`.
-int64_t cache_bytes(int sysconf_name, int level, int64_t fallback) {
+// Returns the cache size from sysconf (glibc reads CPUID), else /sys, else 0.
+int64_t cache_bytes(int sysconf_name, int level) {
   const long n = sysconf(sysconf_name);
-  if (n > 0) return n;
-  const int64_t s = sys_cache_bytes(level);
-  return s > 0 ? s : fallback;
+  return n > 0 ? n : sys_cache_bytes(level);
 }
 
 }  // namespace
 
 CacheSizes detected_caches() {
-  static const CacheSizes caches{cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 1, kFallbackCaches.l1d),
-                                 cache_bytes(_SC_LEVEL2_CACHE_SIZE, 2, kFallbackCaches.l2)};
+  const CacheSizes read = cache_sizes();
+  return {read.l1d > 0 ? read.l1d : kFallbackCaches.l1d, read.l2 > 0 ? read.l2 : kFallbackCaches.l2};
+}
+
+}  // namespace flashattn::cpu::detail
+
+namespace flashattn::cpu {
+
+CacheSizes cache_sizes() {
+  static const CacheSizes caches{detail::cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 1),
+                                 detail::cache_bytes(_SC_LEVEL2_CACHE_SIZE, 2)};
   return caches;
 }
+
+}  // namespace flashattn::cpu
+
+namespace flashattn::cpu::detail {
 
 int64_t default_block_k(const CacheSizes& caches, int64_t dpad) {
   const int64_t bytes = static_cast<int64_t>(sizeof(float));

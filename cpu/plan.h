@@ -23,10 +23,7 @@ constexpr int64_t kMaxLanes = 16;
 constexpr int kDefaultBlockQ = 64;
 
 // Per-core cache sizes the default key tile is derived from (default_block_k).
-struct CacheSizes {
-  int64_t l1d = 0;  // bytes of L1 data cache
-  int64_t l2 = 0;   // bytes of L2
-};
+using ::flashattn::cpu::CacheSizes;
 // Used when the sizes cannot be read: the smaller L1d of the development hosts (Zen 4) and their L2.
 constexpr CacheSizes kFallbackCaches{32 << 10, 1 << 20};
 // The default key tile is a power of two in [kMinDefaultBlockK, kMaxDefaultBlockK]: below 64 keys the
@@ -34,8 +31,8 @@ constexpr CacheSizes kFallbackCaches{32 << 10, 1 << 20};
 constexpr int64_t kMinDefaultBlockK = 64;
 constexpr int64_t kMaxDefaultBlockK = 256;
 
-// Returns this machine's per-core L1d and L2 sizes: sysconf, else cpu0's entries in
-// /sys/devices/system/cpu/cpu0/cache, else kFallbackCaches (per size). Read once per process.
+// Returns this machine's per-core L1d and L2 sizes (cache_sizes()), kFallbackCaches' for a size
+// that cannot be read.
 CacheSizes detected_caches();
 
 // Returns the default key rows per tile for a padded head dim dpad (docs/cpu-design.md, "Tile sizes"):

@@ -294,6 +294,12 @@ TEST_CASE("cpu default key tile: derived from L1d and L2, the Zen 5 tuning kept"
   CHECK(c.l2 > 0);
   CHECK(detected_caches().l1d == c.l1d);
   CHECK(detected_caches().l2 == c.l2);
+  // The public reading (flashattn::cpu::cache_sizes, 0 when unknown) is what the plan uses.
+  const flashattn::cpu::CacheSizes raw = flashattn::cpu::cache_sizes();
+  CHECK(raw.l1d >= 0);
+  CHECK(raw.l2 >= 0);
+  if (raw.l1d > 0) CHECK(c.l1d == raw.l1d);
+  if (raw.l2 > 0) CHECK(c.l2 == raw.l2);
 }
 
 }  // namespace

@@ -64,6 +64,16 @@ struct Target {
 // Returns the compiled targets this CPU can run, best first.
 std::vector<Target> targets();
 
+// This machine's per-core L1 data and L2 cache sizes in bytes as the library reads them (sysconf,
+// else cpu0's entries in /sys/devices/system/cpu/cpu0/cache), 0 where neither says. The default key
+// tile is derived from them (cpu/README.md; an unknown size is taken as 32 KiB L1d / 1 MiB L2).
+// Read once per process.
+struct CacheSizes {
+  int64_t l1d = 0;
+  int64_t l2 = 0;
+};
+CacheSizes cache_sizes();
+
 // Validates `a` and computes out (and lse if set).
 void forward(const ForwardArgs& a, const Config& c = {});
 
