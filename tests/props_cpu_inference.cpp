@@ -1,5 +1,6 @@
 // Cross-check of flashattn::cpu on the inference options (docs/semantics.md, "Inference"), on every
-// compiled Highway target this CPU supports, with the default tiles and with tiny tiles on 3 threads:
+// compiled target this CPU supports, with the default tiles and with tiny tiles on 3 threads, with
+// and without the decode path:
 //   forward over paged K/V and/or a KV-cache append with rotary, sinks, dv != d and any num_splits
 //   is judged by the tolerance rule against the oracle on the equivalent plain call, and the caches
 //   hold exactly the documented rows afterwards (bitwise);
@@ -23,18 +24,25 @@ namespace {
 
 constexpr int kCases = 60;
 
-// The configurations each case runs: every target, default tiles and tiny tiles on 3 threads.
+// The configurations each case runs: every target, default tiles and tiny tiles on 3 threads, each
+// also with the decode path off (Config.decode = false), so the tiled path's handling of every option
+// is checked on the decode-shaped cases too (otherwise few-row calls never reach it).
 std::vector<std::pair<std::string, flashattn::cpu::Config>> configs() {
   std::vector<std::pair<std::string, flashattn::cpu::Config>> r;
   for (const auto& t : flashattn::cpu::targets()) {
     flashattn::cpu::Config c;
     c.target = t.bit;
     r.push_back({"cpu-" + t.name, c});
+    c.decode = false;
+    r.push_back({"cpu-" + t.name + "-general", c});
+    c.decode = true;
     c.block_q = 3;
     c.block_k = 5;
     c.threads = 3;
     c.backward_blocks = 3;
     r.push_back({"cpu-" + t.name + "-tiny", c});
+    c.decode = false;
+    r.push_back({"cpu-" + t.name + "-tiny-general", c});
   }
   return r;
 }

@@ -131,16 +131,17 @@ TEST_CASE("tiny and subnormal values keep their magnitude") {
   check_against_oracle(sub, {}, true);
   // bf16: subnormal values (< 2^-126, as in fp32) in v, and in q and k. The CPU's AVX3_BF16 target
   // (the default where the CPU has it) must not let vdpbf16ps read them as zero: such tiles take its
-  // exact kernel (cpu/bf16-inl.h).
-  Problem b16({1, 5, 40, 2, 2, 8, DType::bf16}, 8);
+  // exact kernel (cpu/bf16-inl.h). 72 query rows per key head: above the decode path's 64
+  // (cpu/decode.h), so these calls take the tiled forward that has the bf16 tile products.
+  Problem b16({1, 72, 40, 2, 2, 8, DType::bf16}, 8);
   scale_tensor(b16, Which::v, 1e-38f);
   check_against_oracle(b16, {}, true);
-  Problem b16qk({1, 5, 40, 2, 2, 8, DType::bf16}, 9);
+  Problem b16qk({1, 72, 40, 2, 2, 8, DType::bf16}, 9);
   scale_tensor(b16qk, Which::q, FLT_MIN / 4);
   scale_tensor(b16qk, Which::k, FLT_MIN / 4);
   check_against_oracle(b16qk, {}, true);
   // Small but normal v (1e-30: products P·V fall below 2^-126 for P < 1e-8) likewise.
-  Problem b16small({1, 5, 40, 2, 2, 8, DType::bf16}, 10);
+  Problem b16small({1, 72, 40, 2, 2, 8, DType::bf16}, 10);
   scale_tensor(b16small, Which::v, 1e-30f);
   check_against_oracle(b16small, {}, true);
 }
