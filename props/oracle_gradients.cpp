@@ -9,6 +9,7 @@
 
 #include "flashattn/reference.hpp"
 #include "props/check.hpp"
+#include "props/oracle_support.hpp"
 #include "props/rng.hpp"
 
 namespace props {
@@ -16,45 +17,7 @@ namespace {
 
 using flashattn::reference::Head;
 
-// Step of the central differences: with fp64 the truncation error (~h²) and the cancellation
-// error (~1e-16/h) are both below 1e-9 here.
-constexpr double kStep = 1e-6;
-// Allowed |analytic − numeric|, relative to max(1, max|gradient|).
-constexpr double kTolerance = 1e-6;
 constexpr int kCases = 100;
-
-// Returns L = Σ dout ∘ O, the scalar whose gradient backward computes.
-double loss(const Head& h, const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-            const std::vector<double>& dout) {
-  std::vector<double> out(static_cast<size_t>(h.nq * h.d)), lse(static_cast<size_t>(h.nq));
-  flashattn::reference::head_forward(h, q.data(), k.data(), v.data(), out.data(), lse.data());
-  double l = 0;
-  for (size_t i = 0; i < out.size(); ++i) l += dout[i] * out[i];
-  return l;
-}
-
-// Returns "" if grad equals the central differences of L with respect to `x`, else where not.
-std::string check_gradient(const char* name, std::vector<double>& x, const std::vector<double>& grad,
-                           const std::function<double()>& l) {
-  double scale = 1;
-  for (double g : grad) scale = std::max(scale, std::fabs(g));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kStep;
-    const double up = l();
-    x[i] = saved - kStep;
-    const double down = l();
-    x[i] = saved;
-    const double numeric = (up - down) / (2 * kStep);
-    if (!(std::fabs(numeric - grad[i]) <= kTolerance * scale)) {
-      std::ostringstream os;
-      os.precision(12);
-      os << name << "[" << i << "]: backward " << grad[i] << ", central difference " << numeric;
-      return os.str();
-    }
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -82,9 +45,10 @@ TEST_CASE("oracle gradients equal central finite differences") {
                         dout = values(h.nq * h.d);
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
     flashattn::reference::head_backward(h, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
-    const std::function<double()> l = [&] { return loss(h, q, k, v, dout); };
-    for (const std::string& e : {check_gradient("dq", q, dq, l), check_gradient("dk", k, dk, l),
-                                 check_gradient("dv", v, dv, l)})
+    const std::function<double()> l = [&] { return head_loss(h, q, k, v, dout); };
+    for (const std::string& e : {check_central_differences("dq", element_pointers(q), dq, l),
+                                 check_central_differences("dk", element_pointers(k), dk, l),
+                                 check_central_differences("dv", element_pointers(v), dv, l)})
       if (!e.empty()) RC_FAIL(e + " (seed " + std::to_string(seed) + ")");
   }, kCases);
 }

@@ -17,6 +17,7 @@
 #include "flashattn/reference.hpp"
 #include "props/check.hpp"
 #include "props/inference.hpp"
+#include "props/oracle_support.hpp"
 #include "props/rng.hpp"
 
 namespace props {
@@ -127,46 +128,6 @@ TEST_CASE("oracle: a row that sees no key but has a sink gives O = 0, LSE = sink
   CHECK(lse[2] == doctest::Approx(std::log(std::exp(0.75) + std::exp(-3.5))));
 }
 
-// L = Σ dout ∘ O of one head.
-double loss(const Head& h, const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-            const std::vector<double>& dout) {
-  std::vector<double> out(size_t(h.nq * h.vdim())), lse(size_t(h.nq));
-  flashattn::reference::head_forward(h, q.data(), k.data(), v.data(), out.data(), lse.data());
-  double l = 0;
-  for (size_t i = 0; i < out.size(); ++i) l += dout[i] * out[i];
-  return l;
-}
-
-// Returns "" if grad[i] equals the central difference of l() in x[i] for every i.
-std::string check_fd(const char* name, std::vector<double*> x, const std::vector<double>& grad,
-                     const std::function<double()>& l) {
-  constexpr double kStep = 1e-6, kTolerance = 1e-6;
-  double scale = 1;
-  for (double g : grad) scale = std::max(scale, std::fabs(g));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = *x[i];
-    *x[i] = saved + kStep;
-    const double up = l();
-    *x[i] = saved - kStep;
-    const double down = l();
-    *x[i] = saved;
-    const double numeric = (up - down) / (2 * kStep);
-    if (!(std::fabs(numeric - grad[i]) <= kTolerance * scale)) {
-      std::ostringstream os;
-      os.precision(12);
-      os << name << "[" << i << "]: backward " << grad[i] << ", central difference " << numeric;
-      return os.str();
-    }
-  }
-  return "";
-}
-
-std::vector<double*> pointers(std::vector<double>& x) {
-  std::vector<double*> r;
-  for (double& e : x) r.push_back(&e);
-  return r;
-}
-
 TEST_CASE("oracle: dsinks and the gradients with dv != d equal central finite differences") {
   check("oracle/finite-differences-sinks-dv", [] {
     Head h = random_head(true);
@@ -179,10 +140,11 @@ TEST_CASE("oracle: dsinks and the gradients with dv != d equal central finite di
     double dsink = 0;
     flashattn::reference::head_backward(h, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data(),
                                         &dsink);
-    const std::function<double()> l = [&] { return loss(h, q, k, v, dout); };
-    std::vector<std::string> errors = {check_fd("dq", pointers(q), dq, l), check_fd("dk", pointers(k), dk, l),
-                                       check_fd("dv", pointers(v), dv, l)};
-    if (h.has_sink) errors.push_back(check_fd("dsink", {&h.sink}, {dsink}, l));
+    const std::function<double()> l = [&] { return head_loss(h, q, k, v, dout); };
+    std::vector<std::string> errors = {check_central_differences("dq", element_pointers(q), dq, l),
+                                       check_central_differences("dk", element_pointers(k), dk, l),
+                                       check_central_differences("dv", element_pointers(v), dv, l)};
+    if (h.has_sink) errors.push_back(check_central_differences("dsink", {&h.sink}, {dsink}, l));
     else RC_ASSERT(dsink == 0.0);
     for (const std::string& e : errors)
       if (!e.empty()) RC_FAIL(e);

@@ -118,4 +118,44 @@ std::string no_nan(const std::vector<double>& x, const char* what) {
   return "";
 }
 
+double head_loss(const flashattn::reference::Head& h, const std::vector<double>& q, const std::vector<double>& k,
+                 const std::vector<double>& v, const std::vector<double>& dout) {
+  std::vector<double> out(size_t(h.nq * h.vdim())), lse(size_t(h.nq));
+  flashattn::reference::head_forward(h, q.data(), k.data(), v.data(), out.data(), lse.data());
+  double l = 0;
+  for (size_t i = 0; i < out.size(); ++i) l += dout[i] * out[i];
+  return l;
+}
+
+std::string check_central_differences(const char* name, const std::vector<double*>& x, const std::vector<double>& grad,
+                                      const std::function<double()>& l) {
+  // With fp64 the truncation error (~step²) and the cancellation error (~1e-16/step) are both
+  // below 1e-9 at this step.
+  constexpr double kStep = 1e-6, kTolerance = 1e-6;
+  double scale = 1;
+  for (double g : grad) scale = std::max(scale, std::fabs(g));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = *x[i];
+    *x[i] = saved + kStep;
+    const double up = l();
+    *x[i] = saved - kStep;
+    const double down = l();
+    *x[i] = saved;
+    const double numeric = (up - down) / (2 * kStep);
+    if (!(std::fabs(numeric - grad[i]) <= kTolerance * scale)) {
+      std::ostringstream os;
+      os.precision(12);
+      os << name << "[" << i << "]: backward " << grad[i] << ", central difference " << numeric;
+      return os.str();
+    }
+  }
+  return "";
+}
+
+std::vector<double*> element_pointers(std::vector<double>& x) {
+  std::vector<double*> r;
+  for (double& e : x) r.push_back(&e);
+  return r;
+}
+
 }  // namespace props

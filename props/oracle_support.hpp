@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,5 +77,18 @@ inline void require(const std::string& e) {
 
 // Returns "" if no value is NaN, else which.
 std::string no_nan(const std::vector<double>& x, const char* what);
+
+// Finite differences of the oracle's fp64 head functions (reference::Head), shared by the gradient
+// properties. L = Σ dout ∘ O of one head (out has h.vdim() columns).
+double head_loss(const flashattn::reference::Head& h, const std::vector<double>& q, const std::vector<double>& k,
+                 const std::vector<double>& v, const std::vector<double>& dout);
+
+// Returns "" if grad[i] equals the central difference of l() in *x[i] for every i (step 1e-6,
+// |analytic − numeric| <= 1e-6·max(1, max|grad|)), else the first element that does not.
+std::string check_central_differences(const char* name, const std::vector<double*>& x, const std::vector<double>& grad,
+                                      const std::function<double()>& l);
+
+// Pointers to every element of x (the form check_central_differences takes).
+std::vector<double*> element_pointers(std::vector<double>& x);
 
 }  // namespace props
