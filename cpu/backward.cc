@@ -16,6 +16,7 @@
 #include <cmath>
 #include <limits>
 
+#include "bf16_dot.h"
 #include "flashattn/problem.hpp"
 #include "kv.h"
 #include "parallel.h"
@@ -28,6 +29,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "bf16-inl.h"
 #include "gemm-inl.h"
 #include "score-inl.h"
 #include "transpose-inl.h"
@@ -122,6 +124,18 @@ inline float DotLikeGemm(const float* a, const float* b, int64_t n) {
   return hn::GetLane(acc);
 }
 
+// Returns Σ_x a[x]·b[x] accumulated exactly like one output of GemmBf16Pairs over pairs of
+// consecutive x (bf16_dot.h: per pair the high product first), so D and a bf16 dP cancel exactly
+// when O equals a row of V, as DotLikeGemm does for the fp32 products.
+inline float DotLikePairs(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t x = 0; x < n; x += 2) {
+    if (x + 1 < n) acc = std::fma(a[x + 1], b[x + 1], acc);
+    acc = std::fma(a[x], b[x], acc);
+  }
+  return acc;
+}
+
 // Prepares the operands of query block qb of query head h into b: Qᵀ, dOᵀ, Q, dO, D, LSE, key
 // ranges, dQᵀ = 0, its rows and key range; with `adaptive` (exact scores chosen per tile) the largest
 // squared norm of a Q row (MaxSquaredNorm). Padded rows are zero and see no key. `row` is scratch.
@@ -133,6 +147,7 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* ro
   const int64_t rows = std::min(p.block_q, mask.seqlen_q - r0);
   const int64_t ld = p.qpad, dim = p.dim, dp = p.dpad;
   const float inf = std::numeric_limits<float>::infinity();
+  const bool bf16 = kBf16Path && p.bf16_dot;
   float qmax2 = 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t r = seq.q_start + r0 + i;
@@ -149,7 +164,7 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* ro
       WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, r, h), dim, qi);
       WidenRow(a.dout.data, a.dout.dtype, a.dout.offset(seq.batch, r, h), dim, doi);
       WidenRow(a.out.data, a.out.dtype, a.out.offset(seq.batch, r, h), dim, row);
-      dsum = DotLikeGemm(doi, row, dim);  // D = rowsum(dO∘O)
+      dsum = bf16 ? DotLikePairs(doi, row, dim) : DotLikeGemm(doi, row, dim);  // D = rowsum(dO∘O)
       const float l = a.lse[lse_index(a, seq, h, r0 + i)];
       b.lse[i] = l == -inf ? inf : l;
       b.kbeg[i] = static_cast<int32_t>(mask.key_begin(r0 + i));
@@ -170,6 +185,15 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* ro
   b.r1 = r0 + rows;
   b.rows = rows;
   b.W = round_up(rows, static_cast<int64_t>(hn::Lanes(d)));
+  b.tiny = false;
+  if (bf16) {  // the operands as bf16 pairs, in place (QueryBlock); the values are bf16, so exact
+    b.tiny = AnyTinyFloat(d, b.qr, ld * dp) || AnyTinyFloat(d, b.dor, ld * dp);
+    const int64_t Wd = round_up(dim, static_cast<int64_t>(hn::Lanes(d)));
+    PackProbabilityPairs(d, b.qt, ld, dim, b.W, reinterpret_cast<uint32_t*>(b.qt));
+    PackProbabilityPairs(d, b.dot, ld, dim, b.W, reinterpret_cast<uint32_t*>(b.dot));
+    PackProbabilityPairs(d, b.qr, dp, rows, Wd, reinterpret_cast<uint32_t*>(b.qr));
+    PackProbabilityPairs(d, b.dor, dp, rows, Wd, reinterpret_cast<uint32_t*>(b.dor));
+  }
   b.key_hi = mask.rows_key_end(b.r1);
   b.kb_lo = mask.rows_key_begin(r0) / p.block_k * p.block_k;  // key blocks start at multiples of block_k
   b.qmax2 = qmax2;
@@ -185,6 +209,62 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* ro
 // row's P and pass 2 uses P·r with r = 1/Σ_j P: exactly normalised, at the cost of one add per
 // element (the P cache means S is still computed once). 16-bit outputs round far above that error.
 bool SelfNormalises(const Plan& p) { return p.exact_scores; }
+
+// Row j of head kvh of sequence seq in the bf16 tensor t (k or v of a), found through key_row.
+inline const uint16_t* bf16_row(const ConstTensor& t, const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t j) {
+  const KeyRow at = key_row(a, seq, j);
+  return static_cast<const uint16_t*>(t.data) + t.offset(at.batch, at.row, kvh);
+}
+
+// Packs keys [0, nk) of head kvh of sequence seq (bf16 k, v) into the forms the bf16 products read
+// (BackwardScratch kp, vp, ki, ktiny), unless `held` says the thread's buffers already hold them.
+void PackHeadBf16(const AttentionArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, const Sequence& seq,
+                  int64_t kvh) {
+  if (held.call_id == p.call_id && held.sequence == seq.index && held.head == kvh) return;
+  const int64_t nk = seq.mask.seqlen_k, d2 = ceil_div(p.dim, 2), k2 = ceil_div(p.block_k, 2);
+  for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
+    const int64_t nkb = std::min(p.block_k, nk - c0);
+    uint32_t* ki = w.ki + (c0 / p.block_k) * k2 * p.dpad;
+    bool tiny = false;
+    for (int64_t j = 0; j < nkb; ++j) {
+      tiny |= PackBf16Row(bf16_row(a.k, a, seq, kvh, c0 + j), p.dim, w.kp + (c0 + j) * d2);
+      tiny |= PackBf16Row(bf16_row(a.v, a, seq, kvh, c0 + j), p.dim, w.vp + (c0 + j) * d2);
+    }
+    for (int64_t j = 0; j < nkb; j += 2) {  // K's tiny values were seen above
+      const uint16_t* second = j + 1 < nkb ? bf16_row(a.k, a, seq, kvh, c0 + j + 1) : nullptr;
+      PackBf16RowPair(bf16_row(a.k, a, seq, kvh, c0 + j), second, p.dim, ki + (j / 2) * p.dpad);
+    }
+    w.ktiny[c0 / p.block_k] = tiny;
+  }
+  held = {p.call_id, seq.index, kvh};
+}
+
+// Pass 2 of one tile (keys [c0, c0 + nkb) x query block b) with bf16 tile products (bf16_dot.h),
+// the key block packed in w.vp, w.ki and b's operands in pairs (PrepareBlock): dP = dO·Vᵀ,
+// dS = scale · P∘(dP − D) [∘(1 − t²)] in fp32, then P and dS rounded to bf16 (as GPU flash kernels
+// and the naive model of the tolerance rule do) for dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K. `exact`:
+// an input of the tile is tiny (bf16-inl.h), so every product widens (vdpbf16ps would flush it).
+void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t c0, int64_t nkb, bool exact,
+                      float scale) {
+  const hn::ScalableTag<float> d;
+  const int64_t ld = p.qpad, dp = p.dpad, dim = p.dim, d2 = ceil_div(dim, 2), ldh = ld / 2;
+  const int64_t Wd = round_up(dim, static_cast<int64_t>(hn::Lanes(d)));
+  const int64_t row_pairs = ceil_div(b.rows, 2);
+  const float* pt = b.pc + c0 * ld;
+  const auto pairs = [](const float* f) { return reinterpret_cast<const uint32_t*>(f); };
+  const uint32_t* ki = w.ki + (c0 / p.block_k) * ceil_div(p.block_k, 2) * dp;
+  // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
+  GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, pairs(b.dot), ld, d2, w.dpt, ld, false, nullptr, exact);
+  GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
+  RoundRowsToBf16Pairs(d, pt, ld, nkb, b.W, w.prow, ldh);     // Pᵀ rows, pairs of query rows
+  RoundRowsToBf16Pairs(d, w.dpt, ld, nkb, b.W, w.srow, ldh);  // dSᵀ rows likewise
+  PackProbabilityPairs(d, w.dpt, ld, nkb, b.W, w.scol);       // dSᵀ, pairs of keys
+  // dV[j][x] += Σ_t Pᵀ(j) pair t · dO pair t [x]; dK likewise from dSᵀ and Q
+  GemmBf16Pairs(nkb, Wd, w.prow, ldh, 1, pairs(b.dor), dp, row_pairs, w.dvg + c0 * dp, dp, true, nullptr, exact);
+  GemmBf16Pairs(nkb, Wd, w.srow, ldh, 1, pairs(b.qr), dp, row_pairs, w.dkg + c0 * dp, dp, true, nullptr, exact);
+  // dQᵀ[x][i] += Σ_t K pair t [x] · dSᵀ pair t [i]
+  GemmBf16Pairs(dim, b.W, ki, 1, dp, w.scol, ld, ceil_div(nkb, 2), b.dqt, ld, true, nullptr, exact);
+}
 
 // Computes dq of query head h of sequence s and its contribution to dk, dv of kv head h / group:
 // written to dk, dv when the group has one head, else as fp32 rows of `partial`. Query blocks go in
@@ -206,9 +286,12 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   const float scale = effective_scale(a);
   const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   const bool self_norm = SelfNormalises(p);
+  const bool bf16 = kBf16Path && p.bf16_dot;  // bf16 tile products, from the bf16 k, v rows
+  const int64_t d2 = ceil_div(dim, 2);
 
-  Rows k, v;  // keys [0, nk) of the head
-  if (nk > 0) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+  Rows k, v;  // keys [0, nk) of the head as fp32 rows, or (bf16 tile products) packed in w
+  if (nk > 0 && bf16) PackHeadBf16(a, p, w, held, seq, kvh);
+  if (nk > 0 && !bf16) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
   if (adaptive && nk > 0) RowSquaredNorms(d, k.data, k.ld, nk, dim, w.knorm);
   std::fill(w.dkt, w.dkt + nk * dp, 0.0f);
   std::fill(w.dvt, w.dvt + nk * dp, 0.0f);
@@ -250,8 +333,10 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
       const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
       ts.c0 = c0;
-      for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
-        prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
+      if (!bf16) {
+        for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
+          prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
+        }
       }
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f;
       for (int64_t i = 0; i < nb; ++i) {
@@ -263,13 +348,18 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         float* tt = b.tc ? b.tc + c0 * ld : nullptr;
         ts.r0 = b.r0;
         const ConstMatrix qt{b.qt, dim, b.W, ld};  // Qᵀ [d x W]
-        if (exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
+        if (!bf16 && exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
           Gemm(dd, Matrix<double>{w.sd, nkb, b.W, ld}, kb, qt, Accumulate::no);
           if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
           if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
         } else {
-          Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
+          if (bf16) {  // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
+            GemmBf16Pairs(nkb, b.W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.qt), ld, d2, pt, ld,
+                          false, nullptr, w.ktiny[c0 / p.block_k] || b.tiny);
+          } else {
+            Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
+          }
           if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
           if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
           ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
@@ -290,7 +380,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       const ConstMatrix kb = row_block(k, c0, nkb, dim), vb = row_block(v, c0, nkb, dim);  // K, V[c0, c1)
       {  // the next block's operands: long sequences stream them from memory
         const int64_t n1 = std::max<int64_t>(std::min(c1 + p.block_k, nk) - c1, 0);
-        prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
+        if (!bf16) prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
         prefetch_row(w.dkt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
         prefetch_row(w.dvt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
         for (int64_t i = 0; i < nb; ++i) {
@@ -305,6 +395,10 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         const Matrix<float> dpt{w.dpt, nkb, b.W, ld};  // dPᵀ, then dSᵀ [nkb x W]
         const ConstMatrix ptile{pt, nkb, b.rows, ld};   // Pᵀ [nkb x rows]
         const ConstMatrix dst{w.dpt, nkb, b.rows, ld};  // dSᵀ [nkb x rows]
+        if (bf16) {
+          BackwardTileBf16(p, w, b, c0, nkb, w.ktiny[c0 / p.block_k] || b.tiny, scale);
+          continue;
+        }
         // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
         Gemm(d, dpt, vb, ConstMatrix{b.dot, dim, b.W, ld}, Accumulate::no);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]

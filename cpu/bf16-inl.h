@@ -1,10 +1,11 @@
-// Operand packing of the forward's bf16 tile products (Plan::bf16_dot; kernel in bf16_dot.h): bf16
-// rows copied as uint32 "pairs" of consecutive elements, pairs of consecutive V rows interleaved,
-// and Pᵀ rounded to bf16 (nearest even, as flashattn/convert.hpp and the GPU kernels) and paired.
-// Each packer also reports whether it saw a "tiny" value: nonzero with |x| < 2⁻⁵⁶ (subnormals
-// included). Tiles without one can use vdpbf16ps, whose DAZ/FTZ cannot then change S: every
-// product q·k is >= 2⁻¹¹² and a multiple of 2⁻¹²⁶, so every partial sum is 0 or normal. Tiles with
-// one use the exact (widening) kernel.
+// Operand packing of the bf16 tile products of the forward and the backward (Plan::bf16_dot; kernel
+// in bf16_dot.h): bf16 rows copied as uint32 "pairs" of consecutive elements, pairs of consecutive
+// rows interleaved, and fp32 tiles (Pᵀ, dSᵀ) rounded to bf16 (nearest even, as flashattn/convert.hpp
+// and the GPU kernels) and paired along either dimension. The packers of inputs also report whether
+// they saw a "tiny" value: nonzero with |x| < 2⁻⁵⁶ (subnormals included). Tiles without one can use
+// vdpbf16ps, whose DAZ/FTZ cannot then change a product of two inputs (S = Q·Kᵀ, dP = dO·Vᵀ): every
+// product is >= 2⁻¹¹² and a multiple of 2⁻¹²⁶, so every partial sum is 0 or normal. Tiles with one
+// use the exact (widening) kernel.
 //
 // Per-target include guard (Highway's toggle idiom): re-included once per target by foreach_target.
 #if defined(FLASHATTN_CPU_BF16_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -21,6 +22,10 @@
 HWY_BEFORE_NAMESPACE();
 namespace flashattn::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// Whether this target compiles the bf16 tile products (Plan::bf16_dot): the AVX-512 ones, which
+// kTargetAvx3Bf16 runs on (targets.cc).
+constexpr bool kBf16Path = HWY_TARGET <= HWY_AVX3;
 
 // bf16 bit patterns (magnitude bits) at or above this are >= 2⁻⁵⁶ (biased exponent 71).
 constexpr uint32_t kBf16TinyBelow = 71u << 7;
@@ -99,10 +104,11 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RoundToBf16Bits(DF /*df*/, hn::Vec<
 }
 
 // pp[t][i] = pair (bf16(Pᵀ[2t][i]), bf16(Pᵀ[2t+1][i])) for t < ceil(nk/2), i < W (a zero after an
-// odd nk); pt is [nk x W] fp32 with stride ld, pp [. x W] with stride ld, both vector-aligned.
+// odd nk); pt is [nk x W] fp32 with stride ld, pp [. x W] with stride ld, both vector-aligned. pp may
+// be pt itself (in place: row t is written after rows 2t and 2t + 1 are read, column by column).
+// Also pairs rows of bf16-valued fp32 tiles exactly (Qᵀ, dOᵀ, Q, dO in the backward).
 template <class DF>
-HWY_INLINE void PackProbabilityPairs(DF df, const float* HWY_RESTRICT pt, int64_t ld, int64_t nk, int64_t W,
-                                     uint32_t* HWY_RESTRICT pp) {
+HWY_INLINE void PackProbabilityPairs(DF df, const float* pt, int64_t ld, int64_t nk, int64_t W, uint32_t* pp) {
   const hn::RebindToUnsigned<DF> du;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t j = 0; j < nk; j += 2) {
@@ -115,6 +121,39 @@ HWY_INLINE void PackProbabilityPairs(DF df, const float* HWY_RESTRICT pt, int64_
       hn::Store(hn::Or(lo, hn::ShiftLeft<16>(hi)), du, out + i);
     }
   }
+}
+
+// Row j of dst (stride ldd uint32) = row j of the fp32 tile src (stride ld) rounded to bf16, as pairs
+// of consecutive elements (element 2t in the low half of pair t), for j < n and W elements (a
+// multiple of the lane count, even).
+template <class DF>
+HWY_INLINE void RoundRowsToBf16Pairs(DF df, const float* HWY_RESTRICT src, int64_t ld, int64_t n, int64_t W,
+                                     uint32_t* HWY_RESTRICT dst, int64_t ldd) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> d16;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t j = 0; j < n; ++j) {
+    auto* out = reinterpret_cast<uint16_t*>(dst + j * ldd);
+    for (int64_t i = 0; i < W; i += L) {
+      const auto bits = hn::BitCast(di, RoundToBf16Bits(df, hn::Load(df, src + j * ld + i)));
+      hn::StoreU(hn::DemoteTo(d16, bits), d16, out + i);  // patterns < 2¹⁶: no saturation
+    }
+  }
+}
+
+// Returns whether one of the n floats at x (n a multiple of the lane count) is tiny: nonzero with
+// |x| < 2⁻⁵⁶ (the bf16 test of TinyBf16 on the widened values).
+template <class DF>
+HWY_INLINE bool AnyTinyFloat(DF df, const float* HWY_RESTRICT x, int64_t n) {
+  const hn::RebindToSigned<DF> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto below = hn::Set(di, static_cast<int32_t>(kBf16TinyBelow << 16));
+  auto tiny = hn::Zero(di);
+  for (int64_t i = 0; i < n; i += L) {
+    const auto m = hn::And(hn::BitCast(di, hn::Load(df, x + i)), hn::Set(di, 0x7fffffff));
+    tiny = hn::Or(tiny, hn::VecFromMask(di, hn::And(hn::Gt(m, hn::Zero(di)), hn::Lt(m, below))));
+  }
+  return !hn::AllFalse(di, hn::Ne(tiny, hn::Zero(di)));
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

@@ -64,10 +64,6 @@ void PrefetchItemRows(const ForwardArgs& a, const Plan& p, const Item& next) {
   }
 }
 
-// Whether this target compiles the bf16 tile products (Plan::bf16_dot): the AVX-512 ones, which
-// kTargetAvx3Bf16 runs on (targets.cc).
-constexpr bool kBf16Path = HWY_TARGET <= HWY_AVX3;
-
 // One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h): packs the K
 // and V rows of head kvh as pairs, S = Q·Kᵀ, softmax as in ForwardItem, Pᵀ rounded to bf16 and
 // paired, O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel.

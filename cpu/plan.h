@@ -94,7 +94,7 @@ struct Plan {
   bool softcap = false;     // soft-capping is on (the backward caches tanh beside P)
   bool exact_scores = false;  // fp32 inputs: tiles may accumulate S = Q·Kᵀ in fp64 (score-inl.h, "Exact scores")
   ScorePrecision scores = ScorePrecision::adaptive;  // which tiles do (exact_tile)
-  bool bf16_dot = false;    // forward of bf16 inputs on kTargetAvx3Bf16: bf16 tile products (bf16_dot.h)
+  bool bf16_dot = false;    // bf16 inputs on kTargetAvx3Bf16: bf16 tile products (bf16_dot.h), both passes
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };
 
@@ -152,18 +152,18 @@ void backward_on_target(int64_t target, const BackwardArgs& a, const Plan& p);
 
 // The target bit of the AVX512_BF16 path (Config::target, targets()): not a Highway target but
 // flashattn's own, in a bit Highway 1.0.3 reserves (targets.cc checks that no compiled Highway target
-// uses it). It runs the best AVX-512 Highway target (avx512_base_target) with the forward's tile
-// products of bf16 inputs done by vdpbf16ps (Plan::bf16_dot); every other call on it (f32, f16,
-// and the backward) is exactly that Highway target's.
+// uses it). It runs the best AVX-512 Highway target (avx512_base_target) with the tile products of
+// bf16 inputs, forward and backward, done by vdpbf16ps (Plan::bf16_dot); every other call on it
+// (f32, f16) is exactly that Highway target's.
 constexpr int64_t kTargetAvx3Bf16 = int64_t{1} << 1;
 
 // Returns the Highway target a call on `target` runs: avx512_base_target() for kTargetAvx3Bf16, else
 // `target` itself.
 int64_t hwy_target_of(int64_t target);
 
-// Sets the plan of a call on kTargetAvx3Bf16: bf16 forwards use the bf16 tile products, which read
-// the 16-bit k, v rows themselves (no fp32 head copy).
-void use_bf16_dot(Plan& p, const AttentionArgs& a, bool backward);
+// Sets the plan of a call on kTargetAvx3Bf16: bf16 forwards and backwards use the bf16 tile
+// products, which read the 16-bit k, v rows themselves (no fp32 head copy).
+void use_bf16_dot(Plan& p, const AttentionArgs& a);
 
 // Returns the index of `target` in a HWY_EXPORT dispatch table of this library (for
 // kTargetAvx3Bf16, its Highway target's).

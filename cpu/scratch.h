@@ -118,10 +118,15 @@ struct QueryBlock {
   int32_t* kend = nullptr;  // [qpad] one past the last visible key
   float* pc = nullptr;      // [kpad x qpad] Pᵀ of every key block of the query block (the P cache)
   float* tc = nullptr;      // [kpad x qpad] tanh(S/softcap) likewise (soft-capping only, else null)
+  // With bf16 tile products (Plan::bf16_dot) PrepareBlock leaves the operands as bf16 pairs
+  // (bf16_dot.h) in the first half of their fp32 regions: qt, dot hold Qᵀ, dOᵀ as pairs of
+  // consecutive head-dim rows [ceil(d/2) x qpad], qr, dor hold Q, dO as pairs of consecutive query
+  // rows [ceil(rows/2) x dpad].
   // Set by PrepareBlock (backward.cc):
   int64_t r0 = 0, r1 = 0, rows = 0, W = 0;  // query rows [r0, r1), rows rounded up to vectors
   int64_t kb_lo = 0, key_hi = 0;            // key blocks [kb_lo, key_hi) the rows may see
   float qmax2 = 0.0f;                       // largest squared norm of a Q row (adaptive scores)
+  bool tiny = false;                        // bf16 products: a q or dO value is tiny (bf16-inl.h)
 
   // Takes the block's regions from c; kpad = max_k rounded up to block_k.
   void place(Carver& c, const Plan& p) {
@@ -156,6 +161,17 @@ struct BackwardScratch {
   float* row;     // [dpad]
   float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h; copied k, v only, else null)
   float* knorm;   // [max_k] squared norms of the head's key rows (exact scores only, else null)
+  // bf16 tile products only (Plan::bf16_dot), else null; pairs as in bf16_dot.h. The head's K, V
+  // packed once per (sequence, kv head) in the forms the products read (the thread's KvCopy says
+  // which head they hold):
+  uint32_t* kp;    // [max_k x ceil(d/2)] the head's key rows as pairs (S = Q·Kᵀ)
+  uint32_t* vp;    // [max_k x ceil(d/2)] the head's value rows as pairs (dP = dO·Vᵀ)
+  uint32_t* ki;    // [key blocks x ceil(block_k/2) x dpad] per key block, pairs of consecutive key rows (dQ += dS·K)
+  uint8_t* ktiny;  // [key blocks] whether the block's k or v holds a tiny value (bf16-inl.h)
+  // per tile:
+  uint32_t* prow;  // [block_k x qpad/2] Pᵀ rounded to bf16, pairs of consecutive query rows (dV)
+  uint32_t* srow;  // [block_k x qpad/2] dSᵀ likewise (dK)
+  uint32_t* scol;  // [ceil(block_k/2) x qpad] dSᵀ rounded to bf16, pairs of consecutive keys (dQ)
 
   BackwardScratch(Carver& c, const Plan& p) {
     sd = take_exact_score_tile(c, p);
@@ -169,6 +185,15 @@ struct BackwardScratch {
     row = c.take<float>(p.dpad, kVectorAlign);
     kv = p.copy_kv ? c.take<float>(2 * p.max_k * p.dim) : nullptr;
     knorm = take_key_norms(c, p);
+    const auto pairs = [&](int64_t n) { return p.bf16_dot ? c.take<uint32_t>(n, kVectorAlign) : nullptr; };
+    const int64_t d2 = ceil_div(p.dim, 2), k2 = ceil_div(p.block_k, 2), kblocks = ceil_div(p.max_k, p.block_k);
+    kp = pairs(p.max_k * d2);
+    vp = pairs(p.max_k * d2);
+    ki = pairs(kblocks * k2 * p.dpad);
+    ktiny = p.bf16_dot ? c.take<uint8_t>(kblocks) : nullptr;
+    prow = pairs(p.block_k * p.qpad / 2);
+    srow = pairs(p.block_k * p.qpad / 2);
+    scol = pairs(k2 * p.qpad);
   }
 };
 

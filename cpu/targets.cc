@@ -45,8 +45,8 @@ int64_t detail::hwy_target_of(int64_t target) {
   return target == kTargetAvx3Bf16 ? avx512_base_target() : target;
 }
 
-void detail::use_bf16_dot(Plan& p, const AttentionArgs& a, bool backward) {
-  if (backward || a.q.dtype != DType::bf16) return;
+void detail::use_bf16_dot(Plan& p, const AttentionArgs& a) {
+  if (a.q.dtype != DType::bf16) return;
   p.bf16_dot = true;
   p.copy_kv = false;
 }

@@ -258,9 +258,28 @@ TEST_CASE("cpu scratch layouts: vector regions aligned, in order, within the cou
       CHECK((w.dkg != w.dkt) == flashattn::cpu::detail::backward_grouped(p));
       CHECK((w.kv != nullptr) == p.copy_kv);
       CHECK((w.knorm != nullptr) == p.exact_scores);
+      // bf16 pairs: present exactly with bf16 tile products, each after the last, all vector-aligned
+      // (scol is read as vectors: B of dQ += dS·K), the last ending the layout.
+      using flashattn::cpu::detail::ceil_div;
+      const uint32_t* pair_regions[] = {w.kp, w.vp, w.ki, w.prow, w.srow, w.scol};
+      const int64_t d2 = ceil_div(p.dim, 2), k2 = ceil_div(p.block_k, 2), kblocks = ceil_div(p.max_k, p.block_k);
+      const int64_t pair_sizes[] = {p.max_k * d2, p.max_k * d2, kblocks * k2 * p.dpad, p.block_k * p.qpad / 2,
+                                    p.block_k * p.qpad / 2, k2 * p.qpad};
       const char* end = w.knorm  ? reinterpret_cast<const char*>(w.knorm + p.max_k)
                         : w.kv   ? reinterpret_cast<const char*>(w.kv + 2 * p.max_k * p.dim)
                                  : reinterpret_cast<const char*>(w.row + p.dpad);
+      for (int r = 0; r < 6; ++r) {
+        CHECK((pair_regions[r] != nullptr) == p.bf16_dot);
+        if (!pair_regions[r]) continue;
+        CHECK(aligned(pair_regions[r]));
+        CHECK(reinterpret_cast<const char*>(pair_regions[r]) >= end);
+        end = reinterpret_cast<const char*>(pair_regions[r] + pair_sizes[r]);
+        if (r == 2) {  // the key blocks' tiny flags follow the K pairs
+          CHECK(reinterpret_cast<const char*>(w.ktiny) == end);
+          end = reinterpret_cast<const char*>(w.ktiny + kblocks);
+        }
+      }
+      CHECK((w.ktiny != nullptr) == p.bf16_dot);
       CHECK(end == base + bytes);
     }
   }
