@@ -256,9 +256,15 @@ void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t 
   // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
   GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, pairs(b.dot), ld, d2, w.dpt, ld, false, nullptr, exact);
   GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
-  RoundRowsToBf16Pairs(d, pt, ld, nkb, b.W, w.prow, ldh);     // Pᵀ rows, pairs of query rows
-  RoundRowsToBf16Pairs(d, w.dpt, ld, nkb, b.W, w.srow, ldh);  // dSᵀ rows likewise
-  PackProbabilityPairs(d, w.dpt, ld, nkb, b.W, w.scol);       // dSᵀ, pairs of keys
+  if (exact) {  // keeps subnormal P, dS
+    RoundRowsToBf16Pairs(d, pt, ld, nkb, b.W, w.prow, ldh);     // Pᵀ rows, pairs of query rows
+    RoundRowsToBf16Pairs(d, w.dpt, ld, nkb, b.W, w.srow, ldh);  // dSᵀ rows likewise
+    PackProbabilityPairs(d, w.dpt, ld, nkb, b.W, w.scol);       // dSᵀ, pairs of keys
+  } else {
+    RoundRowsToBf16PairsFast(pt, ld, nkb, b.W, w.prow, ldh);
+    RoundRowsToBf16PairsFast(w.dpt, ld, nkb, b.W, w.srow, ldh);
+    PairRowsToBf16Fast(w.dpt, ld, nkb, b.W, w.scol);
+  }
   // dV[j][x] += Σ_t Pᵀ(j) pair t · dO pair t [x]; dK likewise from dSᵀ and Q
   GemmBf16Pairs(nkb, Wd, w.prow, ldh, 1, pairs(b.dor), dp, row_pairs, w.dvg + c0 * dp, dp, true, nullptr, exact);
   GemmBf16Pairs(nkb, Wd, w.srow, ldh, 1, pairs(b.qr), dp, row_pairs, w.dkg + c0 * dp, dp, true, nullptr, exact);

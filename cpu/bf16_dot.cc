@@ -126,6 +126,36 @@ void Kernel(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t sb, co
 
 }  // namespace
 
+void RoundRowsToBf16PairsFast(const float* src, int64_t ld, int64_t n, int64_t W, uint32_t* dst, int64_t ldd) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* s = src + j * ld;
+    uint32_t* o = dst + j * ldd;
+    int64_t i = 0;
+    for (; i + 2 * kLanes <= W; i += 2 * kLanes) {  // 32 floats: the first 16 in the low half
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_load_ps(s + i + kLanes), _mm512_load_ps(s + i));
+      _mm512_storeu_si512(o + i / 2, (__m512i)v);
+    }
+    if (i < W) {
+      const __m256bh v = _mm512_cvtneps_pbh(_mm512_load_ps(s + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i / 2), (__m256i)v);
+    }
+  }
+}
+
+void PairRowsToBf16Fast(const float* src, int64_t ld, int64_t n, int64_t W, uint32_t* dst) {
+  for (int64_t j = 0; j < n; j += 2) {
+    const float* r0 = src + j * ld;
+    const float* r1 = j + 1 < n ? r0 + ld : nullptr;
+    uint32_t* o = dst + (j / 2) * ld;
+    for (int64_t i = 0; i < W; i += kLanes) {
+      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(r0 + i)));
+      const __m512i hi = r1 ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(r1 + i)))
+                            : _mm512_setzero_si512();
+      _mm512_store_si512(o + i, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
 bool cpu_has_avx512_bf16() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");

@@ -24,4 +24,14 @@ void GemmBf16Pairs(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t
                    int64_t ldb, int64_t npairs, float* C, int64_t ldc, bool accumulate, float* col_max,
                    bool exact);
 
+// fp32 tiles rounded to bf16 pairs with vcvtne(2)ps2bf16 (nearest even; like vdpbf16ps it treats
+// subnormal inputs as zero, so only for operands of GemmBf16Pairs with exact = false, where a
+// subnormal would count as zero anyway; bf16-inl.h has the exact versions). src rows are 64-byte
+// aligned with stride ld floats; W is a multiple of 16.
+// Row j of dst (stride ldd) = row j of src as pairs of consecutive elements, for j < n.
+void RoundRowsToBf16PairsFast(const float* src, int64_t ld, int64_t n, int64_t W, uint32_t* dst, int64_t ldd);
+// Row t of dst (stride ld, 64-byte aligned) = pairs (src[2t][i], src[2t+1][i]), t < ceil(n/2) (a zero
+// after an odd n): PackProbabilityPairs of bf16-inl.h.
+void PairRowsToBf16Fast(const float* src, int64_t ld, int64_t n, int64_t W, uint32_t* dst);
+
 }  // namespace flashattn::cpu::detail

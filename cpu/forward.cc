@@ -98,7 +98,11 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
   if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
   OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
   RescaleColumns(d, w.ot, ld, p.dim, W, w.alpha);
-  PackProbabilityPairs(d, w.st, ld, nk, W, w.pp);
+  if (tiny) {  // keeps subnormal P
+    PackProbabilityPairs(d, w.st, ld, nk, W, w.pp);
+  } else {
+    PairRowsToBf16Fast(w.st, ld, nk, W, w.pp);
+  }
   // Oᵀ[x][i] += Σ_t V pair t [x] · Pᵀ pair t [i]
   GemmBf16Pairs(dim, W, w.vp, 1, p.dpad, w.pp, ld, ceil_div(nk, 2), w.ot, ld, true, nullptr, tiny);
 }
