@@ -144,6 +144,14 @@ TEST_CASE("tiny and subnormal values keep their magnitude") {
   Problem b16small({1, 72, 40, 2, 2, 8, DType::bf16}, 10);
   scale_tensor(b16small, Which::v, 1e-30f);
   check_against_oracle(b16small, {}, true);
+  // Subnormal dout: the backward's bf16 products (dP = dO·Vᵀ, dV += Pᵀ·dO) must take the exact
+  // kernel for it too, or dP and dv read as zero. Subnormal k alone: dQ += dS·K and S.
+  Problem b16do({1, 72, 40, 2, 2, 8, DType::bf16}, 12);
+  scale_tensor(b16do, Which::dout, FLT_MIN / 4);
+  check_against_oracle(b16do, {}, true);
+  Problem b16k({1, 72, 40, 2, 2, 8, DType::bf16}, 13);
+  scale_tensor(b16k, Which::k, FLT_MIN / 4);
+  check_against_oracle(b16k, {}, true);
 }
 
 // Poisons element (b, s, h, 0) of tensor w with `value` in a copy of a clean problem, runs `impl`
