@@ -40,6 +40,7 @@ namespace {
 struct HeadState {
   int kv_slot = -1;
   KvCopy norms;
+  KvCopy packed;  // whose K, V the bf16 pairs (ForwardScratch kp, vp, tiny) hold
 };
 
 // A forward work item: query block qb of query head h of sequence s (s < 0: none).
@@ -64,36 +65,62 @@ void PrefetchItemRows(const ForwardArgs& a, const Plan& p, const Item& next) {
   }
 }
 
-// One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h): packs the K
-// and V rows of head kvh as pairs, S = Q·Kᵀ, softmax as in ForwardItem, Pᵀ rounded to bf16 and
-// paired, O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel.
+// Row j of head kvh of sequence seq in the bf16 tensor t (k or v of a), found through key_row, so
+// paged K/V (a block table) is read from its pages in place.
+inline const uint16_t* Bf16KeyRow(const ConstTensor& t, const AttentionArgs& a, const Sequence& seq, int64_t kvh,
+                                  int64_t j) {
+  const KeyRow at = key_row(a, seq, j);
+  return static_cast<const uint16_t*>(t.data) + t.offset(at.batch, at.row, kvh);
+}
+
+// Packs keys [0, seqlen_k) of head kvh of sequence seq into w.kp, w.vp, w.tiny (ForwardScratch),
+// unless `packed` says the thread's buffers hold them already: consecutive work items of a head
+// run on one thread, so each head is packed about once per thread instead of once per query block.
+void PackHeadBf16(const AttentionArgs& a, const Plan& p, ForwardScratch& w, KvCopy& packed, const Sequence& seq,
+                  int64_t kvh) {
+  if (packed.call_id == p.call_id && packed.sequence == seq.index && packed.head == kvh) return;
+  const int64_t nk = seq.mask.seqlen_k, d2 = ceil_div(p.dim, 2);
+  w.tiny[0] = 0;
+  for (int64_t j = 0; j < nk; j += 2) {
+    const bool two = j + 1 < nk;
+    bool t0 = PackBf16Row(Bf16KeyRow(a.k, a, seq, kvh, j), p.dim, w.kp + j * d2);
+    bool t1 = two && PackBf16Row(Bf16KeyRow(a.k, a, seq, kvh, j + 1), p.dim, w.kp + (j + 1) * d2);
+    const bool v = PackBf16RowPair(Bf16KeyRow(a.v, a, seq, kvh, j), two ? Bf16KeyRow(a.v, a, seq, kvh, j + 1) : nullptr,
+                                   p.dim, w.vp + (j / 2) * p.dpad);
+    w.tiny[j + 1] = w.tiny[j] + (t0 || v);  // a tiny v of the pair counts for both keys
+    if (two) w.tiny[j + 2] = w.tiny[j + 1] + (t1 || v);
+  }
+  packed = {p.call_id, seq.index, kvh};
+}
+
+// One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h) from the
+// head's packed K, V (PackHeadBf16): S = Q·Kᵀ, softmax as in ForwardItem, Pᵀ rounded to bf16 and
+// paired, O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel. The
+// head's value pairs are keys (2t, 2t + 1): a block that starts at an odd key (under a window)
+// pairs its own values. A block that ends at an odd key before the sequence's last multiplies the
+// next key's value by a zero P (0·NaN = NaN for a NaN value there: damage within the row's
+// sequence and kv head group, which the containment rule of tests/reliability_extremes.cpp allows,
+// as the oracle's own P·V does).
 void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, const Sequence& seq, int64_t kvh,
                      int64_t c0, int64_t nk, int64_t W, TileKind kind, bool transform, float fused_scale,
                      float hidden, const TileScores& ts, bool q_tiny) {
   const hn::ScalableTag<float> d;
-  const int64_t dim = p.dim, d2 = ceil_div(dim, 2), ld = p.qpad;
-  const auto* k16 = static_cast<const uint16_t*>(a.k.data);
-  const auto* v16 = static_cast<const uint16_t*>(a.v.data);
-  bool tiny = q_tiny;
-  // Rows are found through key_row, so paged K/V (a block table) is read from its pages in place.
-  const auto k_row = [&](int64_t j) {
-    const KeyRow at = key_row(a, seq, c0 + j);
-    return k16 + a.k.offset(at.batch, at.row, kvh);
-  };
-  const auto v_row = [&](int64_t j) {
-    const KeyRow at = key_row(a, seq, c0 + j);
-    return v16 + a.v.offset(at.batch, at.row, kvh);
-  };
-  for (int64_t j = 0; j < nk; ++j) tiny |= PackBf16Row(k_row(j), dim, w.kp + j * d2);
-  for (int64_t j = 0; j < nk; j += 2) {
-    const uint16_t* r1 = j + 1 < nk ? v_row(j + 1) : nullptr;
-    tiny |= PackBf16RowPair(v_row(j), r1, dim, w.vp + (j / 2) * p.dpad);
+  const int64_t dim = p.dim, d2 = ceil_div(dim, 2), ld = p.qpad, c1 = c0 + nk;
+  const bool tiny = q_tiny || w.tiny[c1] != w.tiny[c0];
+  const uint32_t* vpairs = w.vp + (c0 / 2) * p.dpad;
+  if (c0 % 2 != 0) {
+    for (int64_t j = 0; j < nk; j += 2) {
+      const uint16_t* r1 = j + 1 < nk ? Bf16KeyRow(a.v, a, seq, kvh, c0 + j + 1) : nullptr;
+      PackBf16RowPair(Bf16KeyRow(a.v, a, seq, kvh, c0 + j), r1, dim, w.vt + (j / 2) * p.dpad);
+    }
+    vpairs = w.vt;
   }
   const float inf = std::numeric_limits<float>::infinity();
   float* tmax = !transform && kind == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
   if (tmax) std::fill(tmax, tmax + W, -inf);
   // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
-  GemmBf16Pairs(nk, W, w.kp, d2, 1, reinterpret_cast<const uint32_t*>(w.qt), ld, d2, w.st, ld, false, tmax, tiny);
+  GemmBf16Pairs(nk, W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(w.qt), ld, d2, w.st, ld, false, tmax,
+                tiny);
   if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
   if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
   OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
@@ -104,7 +131,7 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
     PairRowsToBf16Fast(w.st, ld, nk, W, w.pp);
   }
   // Oᵀ[x][i] += Σ_t V pair t [x] · Pᵀ pair t [i]
-  GemmBf16Pairs(dim, W, w.vp, 1, p.dpad, w.pp, ld, ceil_div(nk, 2), w.ot, ld, true, nullptr, tiny);
+  GemmBf16Pairs(dim, W, vpairs, 1, p.dpad, w.pp, ld, ceil_div(nk, 2), w.ot, ld, true, nullptr, tiny);
 }
 
 // Computes rows [r0, r0 + block_q) of query head h of sequence s; prefetches the rows of `next`.
@@ -179,7 +206,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     Rows k, v;
     const int64_t kvh = kv_head(h, a.q.heads, a.k.heads);
     if (kBf16Path && p.bf16_dot) {
-      // read below from the bf16 rows
+      PackHeadBf16(a, p, w, held.packed, seq, kvh);  // the bf16 rows as pairs
     } else if (p.copy_kv) {
       shared.acquire(a, seq, kvh, held.kv_slot, k, v, WidenRow);
     } else {

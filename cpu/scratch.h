@@ -79,9 +79,13 @@ struct ForwardScratch {
   float* rows;    // [qpad x dpad] the block's rows in fp32 (padded with 0): Q on the way in, O out
   float* knorm;   // [max_k] squared norms of one head's key rows (exact scores only, else null)
   // bf16 tile products only (Plan::bf16_dot), else null; "pairs" are two bf16 in a uint32
-  // (bf16_dot.h), and Qᵀ as pairs [ceil(d/2) x qpad] lives in qt:
-  uint32_t* kp;   // [block_k x ceil(d/2)] the key block's rows as pairs (zero-padded to an even d)
-  uint32_t* vp;   // [ceil(block_k/2) x dpad] the value block as pairs of consecutive keys
+  // (bf16_dot.h), and Qᵀ as pairs [ceil(d/2) x qpad] lives in qt. The head's K, V are packed once
+  // per (sequence, kv head) on the thread (HeadState says which):
+  uint32_t* kp;   // [max_k x ceil(d/2)] the head's key rows as pairs (zero-padded to an even d)
+  uint32_t* vp;   // [ceil(max_k/2) x dpad] the head's values as pairs of keys (2t, 2t + 1)
+  int32_t* tiny;  // [max_k + 1] tiny[j]: keys before j whose k or v row holds a tiny value (bf16-inl.h)
+  uint32_t* vt;   // [ceil(block_k/2) x dpad] one key block's values as pairs of its keys, for a
+                  // block that starts at an odd key
   uint32_t* pp;   // [ceil(block_k/2) x qpad] Pᵀ rounded to bf16, pairs of consecutive keys
 
   ForwardScratch(Carver& c, const Plan& p)
@@ -97,8 +101,10 @@ struct ForwardScratch {
         kend(c.take<int32_t>(p.qpad, kVectorAlign)),
         rows(c.take<float>(p.qpad * p.dpad, kVectorAlign)),
         knorm(take_key_norms(c, p)),
-        kp(p.bf16_dot ? c.take<uint32_t>(p.block_k * ceil_div(p.dim, 2), kVectorAlign) : nullptr),
-        vp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.dpad, kVectorAlign) : nullptr),
+        kp(p.bf16_dot ? c.take<uint32_t>(p.max_k * ceil_div(p.dim, 2), kVectorAlign) : nullptr),
+        vp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.max_k, 2) * p.dpad, kVectorAlign) : nullptr),
+        tiny(p.bf16_dot ? c.take<int32_t>(p.max_k + 1) : nullptr),
+        vt(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.dpad, kVectorAlign) : nullptr),
         pp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.qpad, kVectorAlign) : nullptr) {}
 };
 

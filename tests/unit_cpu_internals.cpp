@@ -225,13 +225,18 @@ TEST_CASE("cpu scratch layouts: vector regions aligned, in order, within the cou
       CHECK((w.sd != nullptr) == p.exact_scores);
       CHECK((w.knorm != nullptr) == p.exact_scores);
       if (w.sd) CHECK(static_cast<const void*>(w.sd) == base);
+      using flashattn::cpu::detail::ceil_div;
       CHECK((w.kp != nullptr) == p.bf16_dot);
       CHECK((w.vp != nullptr) == p.bf16_dot);
+      CHECK((w.tiny != nullptr) == p.bf16_dot);
+      CHECK((w.vt != nullptr) == p.bf16_dot);
       CHECK((w.pp != nullptr) == p.bf16_dot);
       if (w.pp) CHECK(aligned(w.pp));  // read as vectors (B of O += P·V)
       if (w.kp) CHECK(reinterpret_cast<const char*>(w.kp) >= reinterpret_cast<const char*>(w.rows + p.qpad * p.dpad));
-      if (w.vp) CHECK(w.vp >= w.kp + p.block_k * flashattn::cpu::detail::ceil_div(p.dim, 2));
-      if (w.pp) CHECK(w.pp >= w.vp + flashattn::cpu::detail::ceil_div(p.block_k, 2) * p.dpad);
+      if (w.vp) CHECK(w.vp >= w.kp + p.max_k * ceil_div(p.dim, 2));
+      if (w.tiny) CHECK(reinterpret_cast<const char*>(w.tiny) >= reinterpret_cast<const char*>(w.vp + ceil_div(p.max_k, 2) * p.dpad));
+      if (w.vt) CHECK(reinterpret_cast<const char*>(w.vt) >= reinterpret_cast<const char*>(w.tiny + p.max_k + 1));
+      if (w.pp) CHECK(w.pp >= w.vt + ceil_div(p.block_k, 2) * p.dpad);
       const char* end = w.pp ? reinterpret_cast<const char*>(w.pp + flashattn::cpu::detail::ceil_div(p.block_k, 2) * p.qpad)
                         : w.knorm ? reinterpret_cast<const char*>(w.knorm + p.max_k)
                                   : reinterpret_cast<const char*>(w.rows + p.qpad * p.dpad);
