@@ -29,7 +29,7 @@ int64_t choose_target(const Config& c) {
 // The plan of a validated call on `target` (choose_target).
 detail::Plan plan_on(const AttentionArgs& a, const Config& c, bool backward, int64_t target) {
   detail::Plan p = detail::make_plan(a, c, backward);
-  if (target == detail::kTargetAvx3Bf16) detail::use_bf16_dot(p, a);
+  if (target == detail::kTargetAvx3Bf16) detail::use_bf16_dot(p, a, c, backward);
   return p;
 }
 

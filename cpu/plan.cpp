@@ -69,13 +69,18 @@ CacheSizes cache_sizes() {
 
 namespace flashattn::cpu::detail {
 
-int64_t default_block_k(const CacheSizes& caches, int64_t dpad) {
-  const int64_t bytes = static_cast<int64_t>(sizeof(float));
+int64_t default_block_k(const CacheSizes& caches, int64_t dpad, int64_t element_bytes) {
+  const int64_t bytes = element_bytes;
   int64_t k = kMaxDefaultBlockK;
   while (k > kMinDefaultBlockK &&
          (3 * k * kDefaultBlockQ * bytes > 2 * caches.l1d || 8 * 2 * k * dpad * bytes > caches.l2))
     k /= 2;
   return k;
+}
+
+int64_t default_key_tile(const AttentionArgs& a, const Plan& p, bool backward, int64_t element_bytes) {
+  const int64_t k = default_block_k(detected_caches(), p.dpad, element_bytes);
+  return backward && a.causal && p.max_k <= kShortCausalKeys ? std::min(k, kBackwardCausalBlockK) : k;
 }
 
 void check_config(const Config& c) {
@@ -97,18 +102,16 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   p.block_q = c.block_q > 0 ? c.block_q : kDefaultBlockQ;
   p.qpad = round_up(p.block_q, kMaxLanes);
   p.dpad = round_up(std::max<int64_t>(p.dim, 1), kMaxLanes);
-  p.block_k = c.block_k > 0 ? c.block_k : default_block_k(detected_caches(), p.dpad);
   p.threads = c.threads > 0 ? c.threads : omp_get_max_threads();
   const int64_t nseq = num_sequences(a);
   p.max_q = max_rows(a.cu_seqlens_q, nseq, a.q.seq);
   // Paged K/V: a sequence holds up to its pages' capacity, gathered into the fp32 head copy.
   p.max_k = a.block_table ? a.block_table_pages * a.k.seq : max_rows(a.cu_seqlens_k, nseq, a.k.seq);
+  p.block_k = c.block_k > 0 ? c.block_k : default_key_tile(a, p, backward, sizeof(float));
   if (backward) {  // the backward's own defaults (plan.h)
     const int64_t head_bytes = 4 * p.max_k * p.dpad * static_cast<int64_t>(sizeof(float));
     p.pass_blocks = c.backward_blocks > 0 ? c.backward_blocks : head_bytes > kBackwardHeadBytes ? kDefaultPassBlocks : 1;
     p.pass_blocks = std::max<int64_t>(std::min(p.pass_blocks, ceil_div(p.max_q, p.block_q)), 1);
-    if (c.block_k == 0 && a.causal && p.max_k <= kShortCausalKeys)
-      p.block_k = std::min(p.block_k, kBackwardCausalBlockK);
   }
   p.group = a.k.heads > 0 ? a.q.heads / a.k.heads : 1;
   p.sequences = nseq;

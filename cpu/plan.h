@@ -37,14 +37,18 @@ CacheSizes detected_caches();
 
 // Returns the default key rows per tile for a padded head dim dpad (docs/cpu-design.md, "Tile sizes"):
 // the largest power of two in [kMinDefaultBlockK, kMaxDefaultBlockK] such that
-//   (L1) the P tile the O product streams from L1, block_k x kDefaultBlockQ fp32, takes at most 2/3
-//        of the L1d (the rest holds the broadcast rows and the output panel), and
-//   (L2) one step's K and V blocks, 2 x block_k x dpad fp32, take at most 1/8 of the L2 (the Qᵀ, S,
-//        P and Oᵀ tiles, the next blocks in flight and the other pass's data share it).
-// 48 KiB L1d, 1 MiB L2 (Zen 5, where the tiles were tuned): 128 for d <= 128, 64 for d in (128, 256];
-// 32 KiB L1d (Zen 4): 64. A function of the caches and d only, never of the thread count, so results
-// stay bitwise the same for any number of threads on one machine (other tiles round differently).
-int64_t default_block_k(const CacheSizes& caches, int64_t dpad);
+//   (L1) the P tile the O product streams from L1, block_k x kDefaultBlockQ elements, takes at most
+//        2/3 of the L1d (the rest holds the broadcast rows and the output panel), and
+//   (L2) one step's K and V blocks, 2 x block_k x dpad elements, take at most 1/8 of the L2 (the
+//        Qᵀ, S, P and Oᵀ tiles, the next blocks in flight and the other pass's data share it),
+// with elements of `element_bytes`: 4 (fp32 products), or 2 for the bf16 tile products (Plan::
+// bf16_dot), whose P and K/V operands are bf16 pairs.
+// fp32, 48 KiB L1d, 1 MiB L2 (Zen 5, where the tiles were tuned): 128 for d <= 128, 64 for d in
+// (128, 256]; 32 KiB L1d (Zen 4): 64, and 128 for bf16. A function of the caches, d and the
+// products only, never of the thread count, so results stay bitwise the same for any number of
+// threads on one machine (other tiles round differently).
+int64_t default_block_k(const CacheSizes& caches, int64_t dpad, int64_t element_bytes = 4);
+
 
 // The backward's default key rows per tile under a causal mask with at most kShortCausalKeys keys is
 // at most this: there the masked-off part of the diagonal tiles is a visible share of the work, and
@@ -116,6 +120,10 @@ inline int64_t group_blocks(const Plan& p) { return std::max<int64_t>(kAccumulat
 // dK, dV per group first.
 inline bool backward_grouped(const Plan& p) { return ceil_div(p.max_q, p.block_q) > group_blocks(p); }
 
+// The key tile of a call whose Config leaves block_k at 0: default_block_k on this machine's caches,
+// capped for a short causal backward (kBackwardCausalBlockK).
+int64_t default_key_tile(const AttentionArgs& a, const Plan& p, bool backward, int64_t element_bytes);
+
 // Throws Error naming the first field of c that is out of range (make_plan calls it).
 void check_config(const Config& c);
 
@@ -162,8 +170,9 @@ constexpr int64_t kTargetAvx3Bf16 = int64_t{1} << 1;
 int64_t hwy_target_of(int64_t target);
 
 // Sets the plan of a call on kTargetAvx3Bf16: bf16 forwards and backwards use the bf16 tile
-// products, which read the 16-bit k, v rows themselves (no fp32 head copy).
-void use_bf16_dot(Plan& p, const AttentionArgs& a);
+// products, which read the 16-bit k, v rows themselves (no fp32 head copy), with the default key
+// tile of 2-byte operands when c.block_k is 0.
+void use_bf16_dot(Plan& p, const AttentionArgs& a, const Config& c, bool backward);
 
 // Returns the index of `target` in a HWY_EXPORT dispatch table of this library (for
 // kTargetAvx3Bf16, its Highway target's).

@@ -45,10 +45,11 @@ int64_t detail::hwy_target_of(int64_t target) {
   return target == kTargetAvx3Bf16 ? avx512_base_target() : target;
 }
 
-void detail::use_bf16_dot(Plan& p, const AttentionArgs& a) {
+void detail::use_bf16_dot(Plan& p, const AttentionArgs& a, const Config& c, bool backward) {
   if (a.q.dtype != DType::bf16) return;
   p.bf16_dot = true;
   p.copy_kv = false;
+  if (c.block_k == 0) p.block_k = default_key_tile(a, p, backward, sizeof(uint16_t));
 }
 
 size_t detail::dispatch_index(int64_t target) {

@@ -309,6 +309,11 @@ TEST_CASE("cpu default key tile: derived from L1d and L2, the Zen 5 tuning kept"
   CHECK(default_block_k(CacheSizes{1 << 20, 1 << 20}, 64) == 256);
   CHECK(default_block_k(CacheSizes{1 << 20, (1 << 20) - 1}, 64) == 128);
   CHECK(default_block_k(CacheSizes{1 << 20, 1 << 20}, 128) == 128);
+  // bf16 tile products (2-byte operands): twice the fp32 tile where a bound held it back.
+  CHECK(default_block_k(zen4, 64, 2) == 128);
+  CHECK(default_block_k(zen4, 128, 2) == 128);
+  CHECK(default_block_k(zen5, 128, 2) == 256);
+  CHECK(default_block_k(zen5, 256, 2) == 128);
   // Tiny or unknown-small caches stop at the floor; huge head dims too.
   CHECK(default_block_k(CacheSizes{4 << 10, 64 << 10}, 64) == 64);
   CHECK(default_block_k(zen5, 1024) == 64);
