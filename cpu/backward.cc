@@ -210,33 +210,26 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* ro
 // element (the P cache means S is still computed once). 16-bit outputs round far above that error.
 bool SelfNormalises(const Plan& p) { return p.exact_scores; }
 
-// Row j of head kvh of sequence seq in the bf16 tensor t (k or v of a), found through key_row.
-inline const uint16_t* bf16_row(const ConstTensor& t, const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t j) {
-  const KeyRow at = key_row(a, seq, j);
-  return static_cast<const uint16_t*>(t.data) + t.offset(at.batch, at.row, kvh);
-}
-
 // Packs keys [0, nk) of head kvh of sequence seq (bf16 k, v) into the forms the bf16 products read
 // (BackwardScratch kp, vp, ki, ktiny), unless `held` says the thread's buffers already hold them.
 void PackHeadBf16(const AttentionArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, const Sequence& seq,
                   int64_t kvh) {
-  if (held.call_id == p.call_id && held.sequence == seq.index && held.head == kvh) return;
+  if (!held.refill(p, seq, kvh)) return;
   const int64_t nk = seq.mask.seqlen_k, d2 = ceil_div(p.dim, 2), k2 = ceil_div(p.block_k, 2);
   for (int64_t c0 = 0; c0 < nk; c0 += p.block_k) {
     const int64_t nkb = std::min(p.block_k, nk - c0);
     uint32_t* ki = w.ki + (c0 / p.block_k) * k2 * p.dpad;
     bool tiny = false;
     for (int64_t j = 0; j < nkb; ++j) {
-      tiny |= PackBf16Row(bf16_row(a.k, a, seq, kvh, c0 + j), p.dim, w.kp + (c0 + j) * d2);
-      tiny |= PackBf16Row(bf16_row(a.v, a, seq, kvh, c0 + j), p.dim, w.vp + (c0 + j) * d2);
+      tiny |= PackBf16Row(bf16_key_row(a.k, a, seq, kvh, c0 + j), p.dim, w.kp + (c0 + j) * d2);
+      tiny |= PackBf16Row(bf16_key_row(a.v, a, seq, kvh, c0 + j), p.dim, w.vp + (c0 + j) * d2);
     }
     for (int64_t j = 0; j < nkb; j += 2) {  // K's tiny values were seen above
-      const uint16_t* second = j + 1 < nkb ? bf16_row(a.k, a, seq, kvh, c0 + j + 1) : nullptr;
-      PackBf16RowPair(bf16_row(a.k, a, seq, kvh, c0 + j), second, p.dim, ki + (j / 2) * p.dpad);
+      const uint16_t* second = j + 1 < nkb ? bf16_key_row(a.k, a, seq, kvh, c0 + j + 1) : nullptr;
+      PackBf16RowPair(bf16_key_row(a.k, a, seq, kvh, c0 + j), second, p.dim, ki + (j / 2) * p.dpad);
     }
     w.ktiny[c0 / p.block_k] = tiny;
   }
-  held = {p.call_id, seq.index, kvh};
 }
 
 // Pass 2 of one tile (keys [c0, c0 + nkb) x query block b) with bf16 tile products (bf16_dot.h),
@@ -397,14 +390,14 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         QueryBlock& b = w.blk[i];
         if (c0 < b.kb_lo || c0 >= b.key_hi || mask.classify(b.r0, b.r1, c0, c1) == TileKind::empty) continue;
         float* pt = b.pc + c0 * ld;
+        if (bf16) {  // never self-normalising (fp32 inputs only)
+          BackwardTileBf16(p, w, b, c0, nkb, w.ktiny[c0 / p.block_k] || b.tiny, scale);
+          continue;
+        }
         if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
         const Matrix<float> dpt{w.dpt, nkb, b.W, ld};  // dPᵀ, then dSᵀ [nkb x W]
         const ConstMatrix ptile{pt, nkb, b.rows, ld};   // Pᵀ [nkb x rows]
         const ConstMatrix dst{w.dpt, nkb, b.rows, ld};  // dSᵀ [nkb x rows]
-        if (bf16) {
-          BackwardTileBf16(p, w, b, c0, nkb, w.ktiny[c0 / p.block_k] || b.tiny, scale);
-          continue;
-        }
         // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
         Gemm(d, dpt, vb, ConstMatrix{b.dot, dim, b.W, ld}, Accumulate::no);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]

@@ -65,32 +65,23 @@ void PrefetchItemRows(const ForwardArgs& a, const Plan& p, const Item& next) {
   }
 }
 
-// Row j of head kvh of sequence seq in the bf16 tensor t (k or v of a), found through key_row, so
-// paged K/V (a block table) is read from its pages in place.
-inline const uint16_t* Bf16KeyRow(const ConstTensor& t, const AttentionArgs& a, const Sequence& seq, int64_t kvh,
-                                  int64_t j) {
-  const KeyRow at = key_row(a, seq, j);
-  return static_cast<const uint16_t*>(t.data) + t.offset(at.batch, at.row, kvh);
-}
-
 // Packs keys [0, seqlen_k) of head kvh of sequence seq into w.kp, w.vp, w.tiny (ForwardScratch),
 // unless `packed` says the thread's buffers hold them already: consecutive work items of a head
 // run on one thread, so each head is packed about once per thread instead of once per query block.
 void PackHeadBf16(const AttentionArgs& a, const Plan& p, ForwardScratch& w, KvCopy& packed, const Sequence& seq,
                   int64_t kvh) {
-  if (packed.call_id == p.call_id && packed.sequence == seq.index && packed.head == kvh) return;
+  if (!packed.refill(p, seq, kvh)) return;
   const int64_t nk = seq.mask.seqlen_k, d2 = ceil_div(p.dim, 2);
   w.tiny[0] = 0;
   for (int64_t j = 0; j < nk; j += 2) {
     const bool two = j + 1 < nk;
-    bool t0 = PackBf16Row(Bf16KeyRow(a.k, a, seq, kvh, j), p.dim, w.kp + j * d2);
-    bool t1 = two && PackBf16Row(Bf16KeyRow(a.k, a, seq, kvh, j + 1), p.dim, w.kp + (j + 1) * d2);
-    const bool v = PackBf16RowPair(Bf16KeyRow(a.v, a, seq, kvh, j), two ? Bf16KeyRow(a.v, a, seq, kvh, j + 1) : nullptr,
-                                   p.dim, w.vp + (j / 2) * p.dpad);
+    const bool t0 = PackBf16Row(bf16_key_row(a.k, a, seq, kvh, j), p.dim, w.kp + j * d2);
+    const bool t1 = two && PackBf16Row(bf16_key_row(a.k, a, seq, kvh, j + 1), p.dim, w.kp + (j + 1) * d2);
+    const uint16_t* v1 = two ? bf16_key_row(a.v, a, seq, kvh, j + 1) : nullptr;
+    const bool v = PackBf16RowPair(bf16_key_row(a.v, a, seq, kvh, j), v1, p.dim, w.vp + (j / 2) * p.dpad);
     w.tiny[j + 1] = w.tiny[j] + (t0 || v);  // a tiny v of the pair counts for both keys
     if (two) w.tiny[j + 2] = w.tiny[j + 1] + (t1 || v);
   }
-  packed = {p.call_id, seq.index, kvh};
 }
 
 // One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h) from the
@@ -110,8 +101,8 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
   const uint32_t* vpairs = w.vp + (c0 / 2) * p.dpad;
   if (c0 % 2 != 0) {
     for (int64_t j = 0; j < nk; j += 2) {
-      const uint16_t* r1 = j + 1 < nk ? Bf16KeyRow(a.v, a, seq, kvh, c0 + j + 1) : nullptr;
-      PackBf16RowPair(Bf16KeyRow(a.v, a, seq, kvh, c0 + j), r1, dim, w.vt + (j / 2) * p.dpad);
+      const uint16_t* r1 = j + 1 < nk ? bf16_key_row(a.v, a, seq, kvh, c0 + j + 1) : nullptr;
+      PackBf16RowPair(bf16_key_row(a.v, a, seq, kvh, c0 + j), r1, dim, w.vt + (j / 2) * p.dpad);
     }
     vpairs = w.vt;
   }
@@ -212,10 +203,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     } else {
       in_place_kv(a, seq, kvh, k, v);
     }
-    if (adaptive && (held.norms.call_id != p.call_id || held.norms.sequence != seq.index || held.norms.head != kvh)) {
-      RowSquaredNorms(d, k.data, k.ld, mask.seqlen_k, dim, w.knorm);
-      held.norms = {p.call_id, seq.index, kvh};
-    }
+    if (adaptive && held.norms.refill(p, seq, kvh)) RowSquaredNorms(d, k.data, k.ld, mask.seqlen_k, dim, w.knorm);
     TileScores ts;
     ts.scale = scale;
     ts.r0 = r0;

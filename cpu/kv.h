@@ -18,11 +18,28 @@
 
 namespace flashattn::cpu::detail {
 
-// Which head's k, v a thread's fp32 copy holds.
+// Which head a thread's per-head buffer holds (its fp32 k, v copy, the bf16 pairs of k, v, the key
+// norms).
 struct KvCopy {
   uint64_t call_id = 0;
   int64_t sequence = -1, head = -1;
+
+  // Returns whether the buffer must be filled for head kvh of sequence seq in call p (it holds
+  // another one), and records that it holds that head from now on.
+  bool refill(const Plan& p, const Sequence& seq, int64_t kvh) {
+    if (call_id == p.call_id && sequence == seq.index && head == kvh) return false;
+    *this = {p.call_id, seq.index, kvh};
+    return true;
+  }
 };
+
+// Row j of head kvh of sequence seq in the bf16 tensor t (k or v of a), found through key_row, so
+// paged K/V (a block table) is read from its pages in place.
+inline const uint16_t* bf16_key_row(const ConstTensor& t, const AttentionArgs& a, const Sequence& seq, int64_t kvh,
+                                    int64_t j) {
+  const KeyRow where = key_row(a, seq, j);
+  return static_cast<const uint16_t*>(t.data) + t.offset(where.batch, where.row, kvh);
+}
 
 // A K or V matrix as fp32 rows: element (j, x) at data[j·ld + x].
 struct Rows {
@@ -82,10 +99,7 @@ inline void head_kv(const AttentionArgs& a, const Plan& p, const Sequence& seq, 
   }
   float* kc = copy;
   float* vc = copy + p.max_k * p.dim;
-  if (held.call_id != p.call_id || held.sequence != seq.index || held.head != kvh) {
-    copy_head(a, seq, kvh, p.dim, kc, vc, widen);
-    held = {p.call_id, seq.index, kvh};
-  }
+  if (held.refill(p, seq, kvh)) copy_head(a, seq, kvh, p.dim, kc, vc, widen);
   k = {kc, p.dim};
   v = {vc, p.dim};
 }
