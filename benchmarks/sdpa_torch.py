@@ -12,28 +12,17 @@ Nq = Nk, the only causal case this script runs. Checks: each backend's output (a
 compared with the math backend in fp32 on the same inputs; max errors are reported, not judged.
 """
 import argparse
-import itertools
 import json
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from sdpa_cases import cases, flops
+
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
-
-
-def ints(text):
-    return [int(x) for x in text.split(",")]
-
-
-def flops(p):
-    """docs/benchmarks.md: fwd = 4*B*Hq*Nq*Nk*d, halved for causal (Nq = Nk here); bwd = 2.5 x fwd."""
-    fwd = 4.0 * p["batch"] * p["heads_q"] * p["seqlen_q"] * p["seqlen_k"] * p["head_dim"]
-    if p["causal"]:
-        fwd /= 2
-    return fwd if p["pass"] == "fwd" else 2.5 * fwd
 
 
 def time_ms(fn, reps):
@@ -99,20 +88,16 @@ def main():
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'impl':16} {'pass':4} {'dtype':5} {'B':>3} {'Hq':>4} {'Hk':>4} {'N':>6} {'d':>4} {'mask':6} "
           f"{'min ms':>9} {'GFLOP/s':>9} {'max err vs math':>16}")
-    for backend, ps, dtype, b, h, n, d, c in itertools.product(
-            a.backend.split(","), a.passes.split(","), a.dtype.split(","), ints(a.batch), ints(a.heads),
-            ints(a.seqlen), ints(a.head_dim), ints(a.causal)):
-        for hk in ints(a.heads_k) if a.heads_k else [h]:
-            p = {"pass": ps, "dtype": dtype, "batch": b, "heads_q": h, "heads_k": hk, "seqlen_q": n, "seqlen_k": n,
-                 "head_dim": d, "causal": bool(c)}
-            try:
-                r = run_case(backend, p, a.reps)
-            except RuntimeError as e:  # backend unavailable for this shape or GPU
-                print(f"torch-{backend:10} {ps:4} {dtype:5} {b:3} {h:4} {hk:4} {n:6} {d:4} skipped: {str(e).splitlines()[0]}")
-                continue
-            records.append(r)
-            print(f"{r['impl']:16} {ps:4} {dtype:5} {b:3} {h:4} {hk:4} {n:6} {d:4} {'causal' if c else 'none':6} "
-                  f"{r['ms_min']:9.3f} {r['gflops']:9.1f} {r['check_max_err']:16.2e}")
+    for backend, p in cases(a, a.heads_k):
+        ps, dtype, b, h, hk, n, d = (p[x] for x in ("pass", "dtype", "batch", "heads_q", "heads_k", "seqlen_q", "head_dim"))
+        try:
+            r = run_case(backend, p, a.reps)
+        except RuntimeError as e:  # backend unavailable for this shape or GPU
+            print(f"torch-{backend:10} {ps:4} {dtype:5} {b:3} {h:4} {hk:4} {n:6} {d:4} skipped: {str(e).splitlines()[0]}")
+            continue
+        records.append(r)
+        print(f"{r['impl']:16} {ps:4} {dtype:5} {b:3} {h:4} {hk:4} {n:6} {d:4} {'causal' if p['causal'] else 'none':6} "
+              f"{r['ms_min']:9.3f} {r['gflops']:9.1f} {r['check_max_err']:16.2e}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": records}, f, indent=2)

@@ -32,7 +32,6 @@ Peaks: --machine-from reads the "machine" object of a flashattn-bench JSON of th
 FMA and bf16 dot peaks, CPU name, caches) and fills peak_gflops / efficiency as flashattn-bench does.
 """
 import argparse
-import itertools
 import json
 import math
 import time
@@ -41,22 +40,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from sdpa_cases import cases, flops
+
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 UNIT_ROUNDOFF = {"f32": 2.0**-24, "bf16": 2.0**-8}  # u(dtype): half an ulp at 1
 CHECK_HEADS = 2
-
-
-def ints(text):
-    return [int(x) for x in text.split(",")]
-
-
-def flops(p):
-    """docs/benchmarks.md: fwd = 4*B*Hq*Nq*Nk*d, halved for causal (Nq = Nk here); bwd = 2.5 x fwd."""
-    fwd = 4.0 * p["batch"] * p["heads_q"] * p["seqlen_q"] * p["seqlen_k"] * p["head_dim"]
-    if p["causal"]:
-        fwd /= 2
-    return fwd if p["pass"] == "fwd" else 2.5 * fwd
 
 
 def time_ms(fn, reps):
@@ -175,16 +164,13 @@ def main():
     print(f"{'impl':12} {'pass':4} {'dtype':5} {'B':>3} {'H':>4} {'N':>6} {'d':>4} {'mask':6} "
           f"{'min ms':>10} {'GFLOP/s':>9} {'%peak':>6}  check")
     records, failed = [], 0
-    for backend, ps, dtype, b, h, n, d, c in itertools.product(
-            a.backend.split(","), a.passes.split(","), a.dtype.split(","), ints(a.batch), ints(a.heads),
-            ints(a.seqlen), ints(a.head_dim), ints(a.causal)):
-        p = {"pass": ps, "dtype": dtype, "batch": b, "heads_q": h, "heads_k": h, "seqlen_q": n, "seqlen_k": n,
-             "head_dim": d, "causal": bool(c)}
+    for backend, p in cases(a):
+        ps, dtype, b, h, n, d = (p[x] for x in ("pass", "dtype", "batch", "heads_q", "seqlen_q", "head_dim"))
         r = run_case(backend, p, a.reps, machine)
         records.append(r)
         failed += not r["check_passed"]
         verdict = "PASS" if r["check_passed"] else "FAIL"
-        print(f"{r['impl']:12} {ps:4} {dtype:5} {b:3} {h:4} {n:6} {d:4} {'causal' if c else 'none':6} "
+        print(f"{r['impl']:12} {ps:4} {dtype:5} {b:3} {h:4} {n:6} {d:4} {'causal' if p['causal'] else 'none':6} "
               f"{r['ms_min']:10.3f} {r['gflops']:9.1f} {100 * r['efficiency']:6.1f}  "
               f"{verdict} err {r['check_max_err']:.1e} <= {r['check_bound']:.1e}", flush=True)
     if a.json:
