@@ -123,6 +123,8 @@ void check_options(const AttentionArgs& a, int64_t appended = 0) {
   if (!std::isfinite(a.softcap) || a.softcap < 0) fail("softcap (", a.softcap, ") must be finite and >= 0 (0: off)");
   if (a.window_left < -1) fail("window_left (", a.window_left, ") must be >= -1 (-1: unbounded)");
   if (a.window_right < -1) fail("window_right (", a.window_right, ") must be >= -1 (-1: unbounded)");
+  if (a.diagonal_offset <= -(int64_t{1} << 31) || a.diagonal_offset >= (int64_t{1} << 31))
+    fail("diagonal_offset (", a.diagonal_offset, ") must lie in (-2^31, 2^31)");
 
   // Sequences.
   int64_t nseq = a.q.batch;

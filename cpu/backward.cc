@@ -208,7 +208,8 @@ void PrepareBlock(const BackwardArgs& a, const Plan& p, QueryBlock& b, float* ro
 // even a few units of it. So for fp32 inputs (except ScorePrecision::fp32) pass 1 also sums each
 // row's P and pass 2 uses P·r with r = 1/Σ_j P: exactly normalised, at the cost of one add per
 // element (the P cache means S is still computed once). 16-bit outputs round far above that error.
-bool SelfNormalises(const Plan& p) { return p.exact_scores; }
+// Config::renormalize = false turns it off for callers whose lse is not this call's (ring blocks).
+bool SelfNormalises(const Plan& p) { return p.exact_scores && p.renormalize; }
 
 // Packs keys [0, nk) of head kvh of sequence seq (bf16 k, v) into the forms the bf16 products read
 // (BackwardScratch kp, vp, ki, ktiny), unless `held` says the thread's buffers already hold them.

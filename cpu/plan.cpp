@@ -121,6 +121,7 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   // 16-bit results round far above the fp32 rounding of S; fp32 ones do not at large scores
   // (score-inl.h, "Exact scores").
   p.exact_scores = a.q.dtype == DType::f32 && c.scores != ScorePrecision::fp32;
+  p.renormalize = c.renormalize;
   p.scores = c.scores;
   p.call_id = g_next_call_id.fetch_add(1);
   return p;

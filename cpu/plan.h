@@ -98,6 +98,7 @@ struct Plan {
   bool softcap = false;     // soft-capping is on (the backward caches tanh beside P)
   bool exact_scores = false;  // fp32 inputs: tiles may accumulate S = Q·Kᵀ in fp64 (score-inl.h, "Exact scores")
   ScorePrecision scores = ScorePrecision::adaptive;  // which tiles do (exact_tile)
+  bool renormalize = true;  // backward: Config::renormalize
   bool bf16_dot = false;    // bf16 inputs on kTargetAvx3Bf16: bf16 tile products (bf16_dot.h), both passes
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };

@@ -40,6 +40,7 @@ struct CommonParams {
   const int32_t* seqlens_k = nullptr;     // device, [num_sequences] or null
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
+  int64_t diagonal_offset = 0;
   float scale = 1;      // effective scale (any finite value, 0 included)
   float softcap = 0;    // 0: off
   const float* alibi_slopes = nullptr;  // device or null
@@ -68,7 +69,7 @@ using SeqInfo = Sequence;
 // Returns sequence s, reading the device arrays of p, by the one rule of flashattn::make_sequence.
 __device__ inline SeqInfo sequence_info(const CommonParams& p, int64_t s) {
   return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.causal, p.window_left,
-                       p.window_right);
+                       p.window_right, p.diagonal_offset);
 }
 
 // Returns the index into lse (and the D scratch) of row i of sequence `si`, query head h.

@@ -47,7 +47,7 @@ __device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int v
 // derivative; 0 when soft-capping is off). Masking is applied by the caller.
 struct ScoreTransform {
   float scale = 1, softcap = 0, slope = 0;
-  int64_t diag = 0;  // seqlen_k - seqlen_q of the sequence
+  int64_t diag = 0;  // Mask::diag(): seqlen_k - seqlen_q + diagonal_offset of the sequence
 
   __device__ float operator()(float acc, int64_t i, int64_t j, float& tanh_out) const {
     float s = acc * scale;

@@ -260,7 +260,7 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   s << std::setprecision(kFloatDigits);
   s << "b=" << c.batch << " hk=" << c.heads_k << " g=" << c.group << " nq=" << c.seqlen_q << " nk=" << c.seqlen_k
     << " d=" << c.dim << " dtype=" << dtype_label(c.dtype) << " causal=" << (c.causal ? 1 : 0)
-    << " wl=" << c.window_left << " wr=" << c.window_right << " softcap=" << c.softcap
+    << " wl=" << c.window_left << " wr=" << c.window_right << " doff=" << c.diagonal_offset << " softcap=" << c.softcap
     << " alibi=" << alibi_name(c.alibi) << " seqlens_k=";
   write_list(s, c.key_lengths);
   s << " varlen_q=";
@@ -312,6 +312,7 @@ Case parse_case(const std::string& line) {
   c.causal = to_int("causal", take("causal")) != 0;
   c.window_left = to_int("wl", take("wl"));
   c.window_right = to_int("wr", take("wr"));
+  if (f.count("doff")) c.diagonal_offset = to_int("doff", take("doff"));  // absent in lines older than it
   c.softcap = to_float("softcap", take("softcap"));
   c.alibi = to_enum<Alibi>("alibi", take("alibi"), alibi_name, 3);
   c.key_lengths = to_list("seqlens_k", take("seqlens_k"));
@@ -364,6 +365,12 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
         const int sides = *rc::gen::weightedElement<int>({{2, 3}, {1, 1}, {1, 2}});  // bit 0: left, bit 1: right
         if (sides & 1) c.window_left = *gen_window_side(reach);
         if (sides & 2) c.window_right = *gen_window_side(reach);
+      }
+      // A moved diagonal (a block of a longer sequence, as ring attention computes): 1 in 4.
+      if (*rc::gen::weightedElement<bool>({{3, false}, {1, true}})) {
+        int64_t reach = std::max(c.seqlen_q, c.seqlen_k);
+        for (size_t s = 0; s < c.varlen_q.size(); ++s) reach = std::max<int64_t>({reach, c.varlen_q[s], c.varlen_k[s]});
+        c.diagonal_offset = *rc::gen::inRange<int64_t>(-reach - 1, reach + 2);
       }
       c.alibi = *rc::gen::weightedElement<Alibi>({{3, Alibi::off}, {1, Alibi::shared}, {1, Alibi::per_batch}});
     }

@@ -50,6 +50,7 @@ struct Case {
 
   bool causal = false;
   int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  int64_t diagonal_offset = 0;                  // AttentionArgs::diagonal_offset
   float softcap = 0;                            // 0: off
   Alibi alibi = Alibi::off;
   std::vector<int32_t> key_lengths;  // seqlens_k, one per sequence; empty: off

@@ -108,6 +108,7 @@ flashattn::ForwardArgs Instance::base_args() {
   a.causal = c.causal;
   a.window_left = c.window_left;
   a.window_right = c.window_right;
+  a.diagonal_offset = c.diagonal_offset;
   a.softcap = c.softcap;
   if (c.alibi != Alibi::off) {
     a.alibi_slopes = reinterpret_cast<const float*>(alibi_.data());

@@ -38,6 +38,7 @@ Options options_of(const flashattn::AttentionArgs& a) {
   o.causal = a.causal;
   o.window_left = a.window_left;
   o.window_right = a.window_right;
+  o.diagonal_offset = a.diagonal_offset;
   o.softcap = a.softcap;
   const int64_t nseq = flashattn::num_sequences(a);
   if (a.alibi_slopes) {
@@ -66,6 +67,7 @@ Call::Call(const Options& o, DType dtype, const Dense& q, const Dense& k, const 
   a.causal = options_.causal;
   a.window_left = options_.window_left;
   a.window_right = options_.window_right;
+  a.diagonal_offset = options_.diagonal_offset;
   a.softcap = options_.softcap;
   if (!options_.alibi_slopes.empty()) {
     a.alibi_slopes = options_.alibi_slopes.data();

@@ -36,6 +36,7 @@ struct Options {
   std::optional<float> scale;
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
+  int64_t diagonal_offset = 0;
   float softcap = 0;
   std::vector<float> alibi_slopes;
   int64_t alibi_batch_stride = 0;

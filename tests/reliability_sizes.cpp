@@ -27,7 +27,7 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 std::vector<double> direct_row(Problem& p, const ForwardArgs& a, int64_t b, int64_t i, int64_t h, double* lse) {
   const Shape& s = p.shape;
   const int64_t hk = h / (s.hq / s.hk);
-  const Mask m = Mask::make(s.nq, s.nk, a.causal, a.window_left, a.window_right);
+  const Mask m = Mask::make(s.nq, s.nk, a.causal, a.window_left, a.window_right, a.diagonal_offset);
   const double scale = effective_scale(a);
   std::vector<double> score(static_cast<size_t>(s.nk), kNegInf);
   double mx = kNegInf;

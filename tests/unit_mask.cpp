@@ -29,8 +29,8 @@ std::string picture(const Mask& m) {
 }
 
 // The visibility formula written out independently of Mask's interval helpers.
-bool visible_formula(int64_t nq, int64_t nk, int64_t left, int64_t right, int64_t i, int64_t j) {
-  const int64_t center = i + nk - nq;
+bool visible_formula(int64_t nq, int64_t nk, int64_t left, int64_t right, int64_t offset, int64_t i, int64_t j) {
+  const int64_t center = i + nk - nq + offset;
   if (j < 0 || j >= nk) return false;
   if (left >= 0 && j < center - left) return false;
   if (right >= 0 && j > center + right) return false;
@@ -44,12 +44,13 @@ void for_all_small_masks(F f) {
     for (int64_t nk = 0; nk <= kMaxLen; ++nk)
       for (int64_t left : kWindows)
         for (int64_t right : kWindows)
-          for (bool causal : {false, true}) f(Mask::make(nq, nk, causal, left, right));
+          for (bool causal : {false, true})
+            for (int64_t offset : {0, -3, 2, 9}) f(Mask::make(nq, nk, causal, left, right, offset));
 }
 
 std::string describe(const Mask& m) {
   return "Nq=" + std::to_string(m.seqlen_q) + " Nk=" + std::to_string(m.seqlen_k) + " left=" +
-         std::to_string(m.left) + " right=" + std::to_string(m.right);
+         std::to_string(m.left) + " right=" + std::to_string(m.right) + " offset=" + std::to_string(m.offset);
 }
 
 }  // namespace
@@ -72,6 +73,11 @@ TEST_CASE("mask: sliding windows") {
   CHECK(picture(Mask::make(3, 3, false, 0, 0)) == "100/010/001");        // the diagonal only
   CHECK(picture(Mask::make(3, 3, false, 0, -1)) == "111/011/001");       // left-bounded only
   CHECK(picture(Mask::make(2, 2, false, -1, -1)) == "11/11");            // no mask
+  // diagonal_offset moves the aligned key (docs/semantics.md's examples)
+  CHECK(picture(Mask::make(3, 3, true, -1, -1, -1)) == "000/100/110");
+  CHECK(picture(Mask::make(3, 3, true, -1, -1, 2)) == "111/111/111");
+  CHECK(picture(Mask::make(2, 4, false, 0, 0, 1)) == "0001/0000");
+  CHECK(Mask::make(2, 4, false, 0, 0, 1).diag() == 3);
   CHECK(picture(Mask::make(2, 5, false, 0, 1)) == "00011/00001");        // right edge clipped at Nk
   CHECK(picture(Mask::make(3, 2, false, 0, 0)) == "00/10/01");           // Nq > Nk with a window
 }
@@ -104,7 +110,7 @@ TEST_CASE("mask: visible equals the formula and rows are non-decreasing interval
       if (i > 0) REQUIRE_MESSAGE((m.key_begin(i - 1) <= b && m.key_end(i - 1) <= e), describe(m) << " row " << i);
       bool any = false;
       for (int64_t j = -1; j <= nk + 1; ++j) {
-        const bool want = visible_formula(nq, nk, m.left, m.right, i, j);
+        const bool want = visible_formula(nq, nk, m.left, m.right, m.offset, i, j);
         REQUIRE_MESSAGE(m.visible(i, j) == want, describe(m) << " row " << i << " key " << j);
         REQUIRE(want == (b <= j && j < e));
         any = any || want;

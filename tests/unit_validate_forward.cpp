@@ -159,6 +159,10 @@ TEST_CASE("validate forward: scale and softcap and window values") {
   SUBCASE("softcap NaN") { a.softcap = kNaN; reject(fx, a, {"softcap (nan)"}); }
   SUBCASE("window_left") { a.window_left = -2; reject(fx, a, {"window_left (-2) must be >= -1"}); }
   SUBCASE("window_right") { a.window_right = -7; a.causal = true; reject(fx, a, {"window_right (-7) must be >= -1"}); }
+  SUBCASE("diagonal_offset") {
+    a.diagonal_offset = int64_t{1} << 31;
+    reject(fx, a, {"diagonal_offset (2147483648) must lie in (-2^31, 2^31)"});
+  }
 }
 
 TEST_CASE("validate forward: ALiBi slopes") {

@@ -27,6 +27,11 @@ struct AttentionArgs {
                                // 0 and negative included, is used as given.
   bool causal = false;         // bottom-right aligned: row i sees keys j <= i + Nk - Nq
   int64_t window_left = -1, window_right = -1;  // sliding window around the diagonal; -1 unbounded
+  int64_t diagonal_offset = 0;  // moves the diagonal of the masks and ALiBi: row i is aligned with key
+                                // i + Nk - Nq + diagonal_offset (|offset| < 2^31). For a block of a
+                                // longer sequence (ring attention, chunked prefill): queries at
+                                // positions qp + i, keys at kp + j of sequences of lengths Nq', Nk'
+                                // need offset = qp - kp + (Nk' - Nq') - (Nk - Nq).
   float softcap = 0;                            // > 0: S <- softcap * tanh(S / softcap); 0 off
   const float* alibi_slopes = nullptr;  // [Hq], or [B, Hq] with alibi_batch_stride = Hq
   int64_t alibi_batch_stride = 0;       // elements between sequences' slopes; 0: shared by all

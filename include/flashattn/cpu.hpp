@@ -49,6 +49,11 @@ struct Config {
   int backward_blocks = 0;  // backward: query blocks that share one pass over the keys (1..16, each
                             // adds a P cache of seqlen_k x block_q floats); 0: 4 for long heads
                             // (fp32 K, V, dK, dV over 4 MiB), else 1. Results do not depend on it.
+  bool renormalize = true;  // backward, fp32 inputs (ScorePrecision adaptive/fp64): P = exp(S − lse) is
+                            // scaled by 1/Σ_j P over the call's keys, removing lse's rounding; exact
+                            // when lse is this call's own. false: P as exp(S − lse) only — needed when
+                            // lse covers more keys than the call (one block of a longer row, as
+                            // flashattn::ring computes it)
   bool decode = true;  // forward: calls with at most 64 rows (query rows x query heads per key/value
                        // head) per sequence and key head take the decode path (one read of K/V for
                        // the whole GQA group, split-KV); false: always the general tiled path

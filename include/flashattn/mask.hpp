@@ -2,8 +2,10 @@
 // the tiled CPU and GPU code; host and device.
 //
 // Every mask is a window on the bottom-right aligned diagonal: query row i of a sequence with
-// seqlen_q rows is aligned with key i + seqlen_k - seqlen_q (FlashAttention >= 2.1), and sees the keys
-//   i + diag - left <= j <= i + diag + right,   0 <= j < seqlen_k,     diag = seqlen_k - seqlen_q,
+// seqlen_q rows is aligned with key i + seqlen_k - seqlen_q (FlashAttention >= 2.1), moved by the
+// call's diagonal_offset (0 by default), and sees the keys
+//   i + diag - left <= j <= i + diag + right,   0 <= j < seqlen_k,
+//   diag = seqlen_k - seqlen_q + offset,
 // where left/right = -1 means unbounded on that side. Causal is the window (-1, 0); a causal mask
 // combined with a window keeps the tighter right bound. Per-batch key lengths and varlen sequences
 // enter through seqlen_q / seqlen_k (the alignment is computed from those lengths).
@@ -30,22 +32,23 @@ struct Mask {
   int64_t seqlen_k = 0;  // keys of this sequence (after per-batch key lengths)
   int64_t left = -1;     // keys visible left of the diagonal; -1 unbounded
   int64_t right = -1;    // keys visible right of the diagonal; -1 unbounded
+  int64_t offset = 0;    // moves the diagonal right by this many keys (AttentionArgs::diagonal_offset)
 
   // Returns the mask of one sequence from the user's options (window values < -1 are rejected by
-  // validation before this is called; sizes are below 2^31). Build masks through make(): it bounds
-  // the window so the index arithmetic below cannot overflow.
+  // validation before this is called; sizes and |offset| are below 2^31). Build masks through
+  // make(): it bounds the window so the index arithmetic below cannot overflow.
   FLASHATTN_HD static constexpr Mask make(int64_t seqlen_q, int64_t seqlen_k, bool causal,
-                                          int64_t window_left, int64_t window_right) {
-    // |j - (i + diag)| never exceeds seqlen_q + seqlen_k, so a wider window is the same mask;
-    // clamping keeps every index computation below far from int64 overflow.
-    const int64_t widest = seqlen_q + seqlen_k;
+                                          int64_t window_left, int64_t window_right, int64_t offset = 0) {
+    // |j - (i + diag)| never exceeds seqlen_q + seqlen_k + |offset|, so a wider window is the same
+    // mask; clamping keeps every index computation below far from int64 overflow.
+    const int64_t widest = seqlen_q + seqlen_k + (offset < 0 ? -offset : offset);
     const int64_t left = window_left > widest ? widest : window_left;
     const int64_t right = causal ? 0 : (window_right > widest ? widest : window_right);
-    return Mask{seqlen_q, seqlen_k, left, right};
+    return Mask{seqlen_q, seqlen_k, left, right, offset};
   }
 
   // Returns the key aligned with query row 0.
-  FLASHATTN_HD constexpr int64_t diag() const { return seqlen_k - seqlen_q; }
+  FLASHATTN_HD constexpr int64_t diag() const { return seqlen_k - seqlen_q + offset; }
 
   // Returns the first visible key of row i (clamped to [0, seqlen_k]).
   FLASHATTN_HD constexpr int64_t key_begin(int64_t i) const {

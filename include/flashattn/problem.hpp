@@ -31,7 +31,7 @@ inline int64_t num_sequences(const AttentionArgs& a) {
 // null when unused). Host and device: the GPU passes its device copies of the arrays.
 FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_seq, const int32_t* cu_seqlens_q,
                                            const int32_t* cu_seqlens_k, const int32_t* seqlens_k, bool causal,
-                                           int64_t window_left, int64_t window_right) {
+                                           int64_t window_left, int64_t window_right, int64_t diagonal_offset) {
   Sequence r;
   r.index = s;
   int64_t nq = q_seq, nk = k_seq;
@@ -46,7 +46,7 @@ FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_s
   }
   r.k_rows = nk;
   if (seqlens_k) nk = seqlens_k[s];
-  r.mask = Mask::make(nq, nk, causal, window_left, window_right);
+  r.mask = Mask::make(nq, nk, causal, window_left, window_right, diagonal_offset);
   return r;
 }
 
@@ -57,7 +57,7 @@ FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_s
 inline Sequence sequence(const AttentionArgs& a, int64_t s) {
   const int64_t k_seq = a.block_table ? a.block_table_pages * a.k.seq : a.k.seq;
   return make_sequence(s, a.q.seq, k_seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a.causal, a.window_left,
-                       a.window_right);
+                       a.window_right, a.diagonal_offset);
 }
 
 // Where key j of a sequence lives in k and v: batch index (the page with a block table) and row.

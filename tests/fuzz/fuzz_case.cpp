@@ -41,6 +41,7 @@ const float kHostileF32[] = {0.0f,
                              std::numeric_limits<float>::quiet_NaN()};
 constexpr int64_t kHeadDims[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 33, 64};
 constexpr int64_t kWindows[] = {-1, 0, 1, 2, 5};
+constexpr int64_t kMaxFuzzOffset = 6;  // diagonal_offset drawn in [-6, 6]
 constexpr std::optional<float> kScales[] = {std::nullopt, std::nullopt, 0.0f, 0.5f, 1.0f, -0.5f, 2.0f};  // nullopt: 1/sqrt(d)
 constexpr float kSoftcaps[] = {0.0f, 0.0f, 0.0f, 1.0f, 5.0f, 30.0f};
 constexpr float kSlopes[] = {0.0f, 0.0625f, 0.25f, 0.5f, 1.0f};
@@ -215,6 +216,7 @@ void decode_base(ByteReader& r, FuzzCase& c) {
   a.causal = r.chance(96);
   if (r.chance(64)) a.window_left = kWindows[r.pick(count_of(kWindows))];
   if (r.chance(64)) a.window_right = kWindows[r.pick(count_of(kWindows))];
+  if (r.chance(48)) a.diagonal_offset = static_cast<int64_t>(r.pick(2 * kMaxFuzzOffset + 1)) - kMaxFuzzOffset;
   a.scale = kScales[r.pick(count_of(kScales))];
   a.softcap = kSoftcaps[r.pick(count_of(kSoftcaps))];
   if (r.chance(48)) {
@@ -226,7 +228,7 @@ void decode_base(ByteReader& r, FuzzCase& c) {
     c.trace += " alibi(stride " + std::to_string(a.alibi_batch_stride) + ")";
   }
   c.trace += std::string(" causal=") + (a.causal ? "1" : "0") + " window=(" + std::to_string(a.window_left) + "," +
-             std::to_string(a.window_right) + ") scale=" + (a.scale ? std::to_string(*a.scale) : std::string("default")) +
+             std::to_string(a.window_right) + ") offset=" + std::to_string(a.diagonal_offset) + " scale=" + (a.scale ? std::to_string(*a.scale) : std::string("default")) +
              " softcap=" + std::to_string(a.softcap);
   // LSE: optional for the forward, required (an input) for the backward.
   Buffer& lse = c.buffers[kLse];
@@ -310,7 +312,15 @@ void mutate(ByteReader& r, FuzzCase& c) {
       tr += " | window=(" + std::to_string(a.window_left) + "," + std::to_string(a.window_right) + ")";
       break;
     }
-    case 8: a.causal = !a.causal; tr += " | causal flipped"; break;
+    case 8:
+      if (r.chance(128)) {
+        a.diagonal_offset = hostile_i64(r, a.diagonal_offset);
+        tr += " | diagonal_offset=" + std::to_string(a.diagonal_offset);
+      } else {
+        a.causal = !a.causal;
+        tr += " | causal flipped";
+      }
+      break;
     case 9: {  // cu_seqlens: null, swapped, or one entry changed
       const unsigned op = r.pick(4);
       const int32_t*& cu = r.chance(128) ? a.cu_seqlens_q : a.cu_seqlens_k;

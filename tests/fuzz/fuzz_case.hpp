@@ -60,6 +60,7 @@ struct CallFields : private AttentionArgs {
   using AttentionArgs::varlen_batch;
   using AttentionArgs::window_left;
   using AttentionArgs::window_right;
+  using AttentionArgs::diagonal_offset;
   using AttentionArgs::sinks;
   using AttentionArgs::block_table;
   using AttentionArgs::block_table_stride;
