@@ -1,0 +1,58 @@
+// Shared parts of the ring's forward and backward (step.hpp).
+#include "step.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace flashattn::ring::detail {
+
+KvRing::KvRing(const AttentionArgs& a, const Layout& layout, int me)
+    : dtype_(a.q.dtype), batch_(a.q.batch), heads_(a.k.heads), dim_(a.k.dim), dim_v_(a.v.dim), layout_(layout) {
+  size_t most = 0;
+  for (int r = 0; r < layout.ranks(); ++r) most = std::max(most, bytes(r));
+  for (auto& b : buf_) b.resize(std::max<size_t>(most, 1));
+  copy(a.k, bshd(buf_[0].data(), dtype_, batch_, layout.shard_k(me), heads_, dim_));
+  const Tensor vv = bshd(buf_[0].data() + dense_bytes(dtype_, batch_, layout.shard_k(me), heads_, dim_), dtype_, batch_,
+                         layout.shard_k(me), heads_, dim_v_);
+  copy(a.v, vv);
+}
+
+size_t KvRing::bytes(int r) const {
+  const int64_t n = layout_.shard_k(r);
+  return dense_bytes(dtype_, batch_, n, heads_, dim_) + dense_bytes(dtype_, batch_, n, heads_, dim_v_);
+}
+
+ConstTensor KvRing::k(int r) const { return bshd(static_cast<const void*>(buf_[cur_].data()), dtype_, batch_, layout_.shard_k(r), heads_, dim_); }
+
+ConstTensor KvRing::v(int r) const {
+  const int64_t n = layout_.shard_k(r);
+  return bshd(static_cast<const void*>(buf_[cur_].data() + dense_bytes(dtype_, batch_, n, heads_, dim_)), dtype_,
+              batch_, n, heads_, dim_v_);
+}
+
+void KvRing::start(Transport& t, int held) {
+  const int R = layout_.ranks();
+  t.start_shift(0, buf_[cur_].data(), bytes(held), buf_[1 - cur_].data(), bytes((held - 1 + R) % R));
+}
+
+void KvRing::finish(Transport& t, Timings& time) {
+  timed_wait(t, 0, time);
+  cur_ = 1 - cur_;
+}
+
+void timed_wait(Transport& t, int channel, Timings& time) {
+  const Stopwatch w;
+  t.wait(channel);
+  time.wait += w.seconds();
+}
+
+void lse_gather(const float* whole, int64_t batch_heads, int64_t n, int64_t start, int64_t count, float* part) {
+  for (int64_t bh = 0; bh < batch_heads; ++bh) std::copy(whole + bh * n + start, whole + bh * n + start + count, part + bh * count);
+}
+
+void lse_scatter(const float* part, int64_t batch_heads, int64_t n, int64_t start, int64_t count, float* whole) {
+  for (int64_t bh = 0; bh < batch_heads; ++bh) std::copy(part + bh * count, part + (bh + 1) * count, whole + bh * n + start);
+}
+
+}  // namespace flashattn::ring::detail
