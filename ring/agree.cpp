@@ -50,6 +50,12 @@ void check_supported(const AttentionArgs& a) {
   if (a.block_table) throw Error("paged K/V (block_table) is not supported by ring attention");
 }
 
+void check_backend(const AttentionArgs& a, const Options& o) {
+  if (!o.backend) return;
+  const std::string why = o.backend->unsupported(a);
+  if (!why.empty()) throw Error("the ring's block backend cannot compute this call: " + why);
+}
+
 Record describe(const AttentionArgs& a, int64_t kind, bool lse, bool dsinks, const Options& o) {
   Record r;
   r.kind = kind;
@@ -137,6 +143,7 @@ Agreed agree(const ForwardArgs& a, Transport& t, const Options& o) {
       [&] {
         validate(a);
         check_supported(a);
+        check_backend(a, o);
         if (a.append.used()) throw Error("the KV-cache append is not supported by ring attention");
       },
       [&] { return describe(a, 1, a.lse != nullptr, false, o); }, t);
@@ -147,6 +154,7 @@ Agreed agree(const BackwardArgs& a, Transport& t, const Options& o) {
       [&] {
         validate(a);
         check_supported(a);
+        check_backend(a, o);
       },
       [&] { return describe(a, 2, true, a.dsinks != nullptr, o); }, t);
 }

@@ -16,6 +16,7 @@ struct Agreed {
 // Validates `a` as this rank's shard of a ring call (validate() on the shard, then the options the
 // ring does not support), exchanges the records and returns the ranks' shard lengths. Throws the
 // same flashattn::Error on every rank when any rank's arguments are invalid or differ from rank 0's.
+// A backend's unsupported() reason counts as an invalid argument.
 Agreed agree(const ForwardArgs& a, Transport& t, const Options& o);
 Agreed agree(const BackwardArgs& a, Transport& t, const Options& o);
 

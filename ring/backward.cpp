@@ -81,12 +81,8 @@ void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* ti
   std::vector<float> contribution(B * most_k * Hk * (d + dv)), travelling[2] = {contribution, contribution};
   int acc = 0;  // travelling[acc]: the accumulator of the held block once received
 
-  // A block's rows see only part of their keys: P = exp(S − lse) with the global lse, never
-  // renormalised over the block.
-  cpu::Config config = o.cpu;
-  config.renormalize = false;
-
   KvRing kv(a, layout, me);
+  Blocks blocks(o);
   for (int step = 0; step < R; ++step) {
     const int held = (me - step + R) % R;
     if (step + 1 < R) kv.start(t, held);
@@ -107,7 +103,7 @@ void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* ti
         b.dq = part_dq[p].view;
         b.dk = rows(block_dk.view, 0, kp.count);
         b.dv = rows(block_dv.view, 0, kp.count);
-        cpu::backward(b, config);
+        blocks.backward(b);
         accumulate(b.dq, rows(dq_acc.view, parts[p].local, parts[p].count));
         accumulate(b.dk, rows(mine.dk, kp.local, kp.count));
         accumulate(b.dv, rows(mine.dv, kp.local, kp.count));

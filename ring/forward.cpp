@@ -49,6 +49,7 @@ void forward(const ForwardArgs& a, Transport& t, const Options& o, Timings* timi
   std::vector<PartResult> results;
   for (const Part& qp : parts) results.push_back(start_part(a, qp.count));
   KvRing kv(a, layout, me);
+  Blocks blocks(o);
 
   for (int step = 0; step < R; ++step) {
     const int held = (me - step + R) % R;  // whose K/V block is current
@@ -65,7 +66,7 @@ void forward(const ForwardArgs& a, Transport& t, const Options& o, Timings* timi
         b.out = r.block_out.view;
         b.lse = r.block_lse.data();
         b.num_splits = a.num_splits;
-        cpu::forward(b, o.cpu);
+        blocks.forward(b);
         convert(r.block_out.view, r.wide.view);
         merge(r.acc.view, r.lse.data(), r.wide.view, r.block_lse.data(), r.acc.view, r.lse.data());
         ++time.blocks;

@@ -41,6 +41,24 @@ void KvRing::finish(Transport& t, Timings& time) {
   cur_ = 1 - cur_;
 }
 
+Blocks::Blocks(const Options& o) : backend_(o.backend), forward_config_(o.cpu), backward_config_(o.cpu) {
+  backward_config_.renormalize = false;
+}
+
+void Blocks::forward(const ForwardArgs& b) {
+  if (backend_)
+    backend_->forward(b);
+  else
+    cpu::forward(b, forward_config_);
+}
+
+void Blocks::backward(const BackwardArgs& b) {
+  if (backend_)
+    backend_->backward(b);
+  else
+    cpu::backward(b, backward_config_);
+}
+
 void timed_wait(Transport& t, int channel, Timings& time) {
   const Stopwatch w;
   t.wait(channel);

@@ -62,6 +62,19 @@ inline bool block_hidden(const AttentionArgs& b) {
   return m.classify(0, b.q.seq, 0, b.k.seq) == TileKind::empty;
 }
 
+// The blocks' backend: options.backend, or the CPU backend with options.cpu (the backward with
+// Config::renormalize off: a block's lse is the global row's).
+class Blocks {
+ public:
+  explicit Blocks(const Options& o);
+  void forward(const ForwardArgs& b);
+  void backward(const BackwardArgs& b);
+
+ private:
+  BlockBackend* backend_;
+  cpu::Config forward_config_, backward_config_;
+};
+
 // Waits on a channel, adding the time blocked to time.wait.
 void timed_wait(Transport& t, int channel, Timings& time);
 

@@ -5,6 +5,10 @@
 if(FLASHATTN_HAS_RING)
   add_executable(flashattn_ring_tests ring_tests.cpp)
   target_link_libraries(flashattn_ring_tests PRIVATE flashattn::ring flashattn_tolerance)
+  if(TARGET flashattn_gpu_emu)  # the GPU kernels as block backend, under the host emulator
+    target_link_libraries(flashattn_ring_tests PRIVATE flashattn_gpu_emu)
+    target_compile_definitions(flashattn_ring_tests PRIVATE FLASHATTN_RING_TEST_GPU_EMU)
+  endif()
   execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE flashattn_mpiexec_version ERROR_QUIET)
   set(flashattn_mpiexec_flags "")
   if(flashattn_mpiexec_version MATCHES "Open MPI|OpenRTE")

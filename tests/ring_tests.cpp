@@ -18,6 +18,9 @@
 #include "flashattn/error.hpp"
 #include "flashattn/ring_mpi.hpp"
 #include "props/tolerance.hpp"
+#ifdef FLASHATTN_RING_TEST_GPU_EMU
+#include "emu/emu_api.hpp"
+#endif
 
 namespace {
 
@@ -47,7 +50,24 @@ struct RingCase {
   bool alibi = false, sinks = false;
   bool uneven = false;  // shard lengths proportional to rank + 1 instead of the standard split
   bool bhsd = false;    // the ranks' local tensors in the bhsd layout
+  bool gpu = false;     // blocks by the GPU kernels (host emulator) instead of the CPU backend
 };
+
+#ifdef FLASHATTN_RING_TEST_GPU_EMU
+// The GPU kernels as the ring's block backend, run by the host emulator on host memory: the same
+// kernels GpuStaging launches on a device.
+class EmulatedGpuBlocks final : public flashattn::ring::BlockBackend {
+ public:
+  std::string unsupported(const flashattn::AttentionArgs& a) const override {
+    std::string why = flashattn::gpu_emu::unsupported(a.q.dtype, a.q.dim);
+    if (why.empty() && a.v.dim != a.q.dim) why = "v.dim != q.dim";
+    return why;
+  }
+  void forward(const flashattn::ForwardArgs& b) override { flashattn::gpu_emu::forward(b); }
+  void backward(const flashattn::BackwardArgs& b) override { flashattn::gpu_emu::backward(b, true); }
+};
+EmulatedGpuBlocks g_gpu_blocks;
+#endif
 
 // A global tensor [B, N, H, D] held as fp32 values exactly representable in the case's dtype.
 struct Global {
@@ -198,6 +218,9 @@ void run_case(const RingCase& c) {
   flashattn::ring::Options o;
   o.sharding = c.sharding;
   o.cpu.threads = 1;
+#ifdef FLASHATTN_RING_TEST_GPU_EMU
+  if (c.gpu) o.backend = &g_gpu_blocks;
+#endif
 
   auto grad = [&](const Global& g, int64_t rows) {
     return store(Global{g.batch, rows, g.heads, g.dim, std::vector<float>(g.batch * rows * g.heads * g.dim)}, rows,
@@ -345,6 +368,13 @@ void error_cases() {
       flashattn::ring::forward(args(2), MPI_COMM_WORLD);
     }
   }, "has call (1 forward, 2 backward) = 2 but rank 0 has 1", before, bytes());
+#ifdef FLASHATTN_RING_TEST_GPU_EMU
+  expect_error("GPU blocks refuse f32", [&] {
+    flashattn::ring::Options o;
+    o.backend = &g_gpu_blocks;
+    flashattn::ring::forward(args(2), MPI_COMM_WORLD, o);
+  }, "ring: rank 0: the ring's block backend cannot compute this call", before, bytes());
+#endif
 }
 
 }  // namespace
@@ -409,6 +439,32 @@ int main(int argc, char** argv) {
     c.name = sh + " f32 causal Nq>Nk offset -4 (empty rows)";
     add(c);
   }
+#ifdef FLASHATTN_RING_TEST_GPU_EMU
+  for (Sharding s : {Sharding::contiguous, Sharding::zigzag}) {
+    const std::string sh = s == Sharding::contiguous ? "contiguous" : "zigzag";
+    RingCase c;
+    c.gpu = true;
+    c.sharding = s;
+    c.dim = c.dim_v = 32;
+    c.dtype = DType::bf16;
+    c.causal = true;
+    c.heads_q = 4;
+    c.heads_k = 2;
+    c.uneven = true;
+    c.name = sh + " gpu-emulated bf16 causal GQA uneven";
+    add(c);
+    c.dtype = DType::f16;
+    c.causal = false;
+    c.window_left = 6;
+    c.window_right = 2;
+    c.alibi = true;
+    c.softcap = 5.0f;
+    c.sinks = true;
+    c.bhsd = true;
+    c.name = sh + " gpu-emulated f16 window+alibi+softcap+sinks bhsd";
+    add(c);
+  }
+#endif
   for (const RingCase& c : cases) {
     if (g_rank == 0) std::printf("case %s\n", c.name.c_str());
     run_case(c);

@@ -8,6 +8,9 @@
 // every rank gets its shard of out, lse (and dq, dk, dv). The result is the single-process call on
 // the whole sequences (docs/semantics.md, "Ring attention"): masks and ALiBi use global positions.
 //
+// Blocks are computed by the CPU backend, or by any BlockBackend (e.g. the GPU through host
+// staging, flashattn/ring_gpu.hpp); the transport is MPI (ring_mpi.hpp) or any Transport.
+//
 // Supported options: scale, causal, window_left/right, diagonal_offset, softcap, ALiBi, GQA/MQA,
 // sinks (forward and dsinks), dv != d. Rejected with a flashattn::Error on every rank: seqlens_k,
 // varlen (cu_seqlens_q/k), paged K/V (block_table) and the KV-cache append.
@@ -15,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "flashattn/args.hpp"
 #include "flashattn/cpu.hpp"
@@ -31,9 +35,25 @@ enum class Sharding : uint8_t {
   zigzag,
 };
 
+// How the ring computes one block: a single-process call whose views are host memory (the ring's
+// buffers and row slices of the caller's tensors). The block's diagonal_offset places it in the
+// global sequences; a backward block's lse is the global row's, so P = exp(S − lse) must not be
+// renormalised over the block. flashattn/ring_gpu.hpp has a GPU one.
+class BlockBackend {
+ public:
+  virtual ~BlockBackend() = default;
+  // Returns why this backend cannot compute blocks of a call like `a` (this rank's shard), or ""
+  // when it can. Checked with the ranks' agreement, before any data moves: a block that threw
+  // half-way would leave the other ranks waiting.
+  virtual std::string unsupported(const AttentionArgs& a) const = 0;
+  virtual void forward(const ForwardArgs& block) = 0;
+  virtual void backward(const BackwardArgs& block) = 0;
+};
+
 struct Options {
   Sharding sharding = Sharding::contiguous;
-  cpu::Config cpu;  // configuration of the CPU calls that compute each block
+  cpu::Config cpu;                  // the CPU calls that compute each block (when backend is null)
+  BlockBackend* backend = nullptr;  // null: flashattn::cpu with `cpu` (backward: renormalize off)
 };
 
 // The global rows held by one rank: one range (contiguous) or two (zigzag, in the shard's order).

@@ -1,0 +1,101 @@
+// GPU blocks through host staging (flashattn/ring_gpu.hpp). Compiled where nvcc is found; runs only
+// on a machine with a GPU.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "flashattn/error.hpp"
+#include "flashattn/gpu.hpp"
+#include "flashattn/ring_gpu.hpp"
+
+namespace flashattn::ring {
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("ring: ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+// Returns the bytes from a view's first element to one past its last (strides are non-negative).
+size_t span_bytes(const ConstTensor& t) {
+  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return 0;
+  const int64_t last = (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim;
+  return static_cast<size_t>(last) * dtype_size(t.dtype);
+}
+
+template <class View>
+View on_device(View t, void* device) {
+  t.data = device;
+  return t;
+}
+
+}  // namespace
+
+GpuStaging::GpuStaging(cudaStream_t stream, bool deterministic) : stream_(stream), deterministic_(deterministic) {}
+
+GpuStaging::~GpuStaging() {
+  for (Buffer& b : slots_) cudaFree(b.device);
+}
+
+std::string GpuStaging::unsupported(const AttentionArgs& a) const {
+  std::string why = gpu::unsupported_reason(a.q.dtype, a.q.dim);
+  if (why.empty() && a.v.dim != a.q.dim)
+    why = "the GPU blocks need v.dim (" + std::to_string(a.v.dim) + ") == q.dim (" + std::to_string(a.q.dim) + ")";
+  return why;
+}
+
+void* GpuStaging::stage(size_t i, const void* host, size_t bytes) {
+  if (slots_.size() <= i) slots_.resize(i + 1);
+  Buffer& b = slots_[i];
+  if (b.bytes < bytes) {
+    cuda_ok(cudaFree(b.device), "cudaFree");
+    b = Buffer{};
+    cuda_ok(cudaMalloc(&b.device, bytes), "cudaMalloc");
+    b.bytes = bytes;
+  }
+  if (bytes) cuda_ok(cudaMemcpyAsync(b.device, host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+  return b.device;
+}
+
+void GpuStaging::fetch(size_t i, void* host, size_t bytes) {
+  if (bytes) cuda_ok(cudaMemcpyAsync(host, slots_[i].device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+  cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+// Inputs and outputs are staged whole (an output's span is copied in first, so bytes between its
+// rows come back unchanged). The ring passes no seqlens/varlen arrays, sinks or ALiBi per block
+// beyond the slopes, which are staged too.
+void GpuStaging::forward(const ForwardArgs& a) {
+  ForwardArgs d = a;
+  d.q = on_device(a.q, stage(0, a.q.data, span_bytes(a.q)));
+  d.k = on_device(a.k, stage(1, a.k.data, span_bytes(a.k)));
+  d.v = on_device(a.v, stage(2, a.v.data, span_bytes(a.v)));
+  d.out = on_device(a.out, stage(3, a.out.data, span_bytes(a.out)));
+  const size_t lse_bytes = sizeof(float) * a.q.batch * a.q.heads * a.q.seq;
+  if (a.lse) d.lse = static_cast<float*>(stage(4, a.lse, lse_bytes));
+  const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
+  if (a.alibi_slopes) d.alibi_slopes = static_cast<const float*>(stage(5, a.alibi_slopes, slopes));
+  gpu::forward(d, stream_);
+  fetch(3, a.out.data, span_bytes(a.out));
+  if (a.lse) fetch(4, a.lse, lse_bytes);
+}
+
+void GpuStaging::backward(const BackwardArgs& a) {
+  BackwardArgs d = a;
+  d.q = on_device(a.q, stage(0, a.q.data, span_bytes(a.q)));
+  d.k = on_device(a.k, stage(1, a.k.data, span_bytes(a.k)));
+  d.v = on_device(a.v, stage(2, a.v.data, span_bytes(a.v)));
+  d.out = on_device(a.out, stage(3, a.out.data, span_bytes(a.out)));
+  d.dout = on_device(a.dout, stage(4, a.dout.data, span_bytes(a.dout)));
+  d.lse = static_cast<const float*>(stage(5, a.lse, sizeof(float) * a.q.batch * a.q.heads * a.q.seq));
+  const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
+  if (a.alibi_slopes) d.alibi_slopes = static_cast<const float*>(stage(6, a.alibi_slopes, slopes));
+  d.dq = on_device(a.dq, stage(7, a.dq.data, span_bytes(a.dq)));
+  d.dk = on_device(a.dk, stage(8, a.dk.data, span_bytes(a.dk)));
+  d.dv = on_device(a.dv, stage(9, a.dv.data, span_bytes(a.dv)));
+  gpu::backward(d, stream_, deterministic_);
+  fetch(7, a.dq.data, span_bytes(a.dq));
+  fetch(8, a.dk.data, span_bytes(a.dk));
+  fetch(9, a.dv.data, span_bytes(a.dv));
+}
+
+}  // namespace flashattn::ring
