@@ -142,12 +142,17 @@ int main(int argc, char** argv) {
   double mine[8] = {tf.total, tf.compute, tf.wait, double(tf.blocks), tb.total, tb.compute, tb.wait, double(tb.blocks)};
   std::vector<double> all(8 * ranks);
   MPI_Gather(mine, 8, MPI_DOUBLE, all.data(), 8, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  const double peak = rank == 0 ? bench::measure_fma_peak_gflops(ranks * s.threads, 0.3) : 0;
+  // The peak of this configuration: every rank's threads run the FMA loop at once (under
+  // mpiexec's core binding, as the timed calls ran); the sum over ranks.
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double my_peak = bench::measure_fma_peak_gflops(s.threads, 0.3);
+  double peak = 0;
+  MPI_Reduce(&my_peak, &peak, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
 
   if (rank == 0) {
     const double flops_f = 4.0 * s.batch * s.heads * double(s.seq) * s.seq * s.dim * (s.causal ? 0.5 : 1.0);
     const double flops_b = 2.5 * flops_f;
-    std::printf("# flashattn-ring-bench on %s, %d rank(s) x %d thread(s); fp32 FMA peak (all cores used) %.0f GFLOP/s\n",
+    std::printf("# flashattn-ring-bench on %s, %d rank(s) x %d thread(s); fp32 FMA peak (all ranks' threads at once) %.0f GFLOP/s\n",
                 bench::cpu_description().c_str(), ranks, s.threads, peak);
     std::printf("# B=%lld N=%lld H=%lld d=%lld %s causal=%d sharding=%s reps=%d\n", (long long)s.batch,
                 (long long)s.seq, (long long)s.heads, (long long)s.dim, flashattn::dtype_name(t), s.causal ? 1 : 0,

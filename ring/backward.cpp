@@ -63,7 +63,8 @@ void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* ti
 
   // dQ in fp32, and per query part its LSE rows and a dQ block in the input dtype.
   Dense dq_acc(DType::f32, B, a.q.seq, Hq, d);
-  zero(dq_acc.view);
+  const int threads = element_threads(o);
+  zero(dq_acc.view, threads);
   const std::vector<Part>& parts = layout.q_parts(me);
   std::vector<std::vector<float>> part_lse;
   std::vector<Dense> part_dq;
@@ -81,15 +82,15 @@ void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* ti
   std::vector<float> contribution(B * most_k * Hk * (d + dv)), travelling[2] = {contribution, contribution};
   int acc = 0;  // travelling[acc]: the accumulator of the held block once received
 
-  KvRing kv(a, layout, me);
+  KvRing kv(a, layout, me, threads);
   Blocks blocks(o);
   for (int step = 0; step < R; ++step) {
     const int held = (me - step + R) % R;
     if (step + 1 < R) kv.start(t, held);
     const Stopwatch compute;
     const GradBlock mine = grad_views(contribution, a, layout.shard_k(held));
-    zero(mine.dk);
-    zero(mine.dv);
+    zero(mine.dk, threads);
+    zero(mine.dv, threads);
     for (size_t p = 0; p < parts.size(); ++p) {
       for (const Part& kp : layout.k_parts(held)) {
         BackwardArgs b = block_args(a, layout, parts[p], kp, kv.k(held), kv.v(held));
@@ -104,9 +105,9 @@ void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* ti
         b.dk = rows(block_dk.view, 0, kp.count);
         b.dv = rows(block_dv.view, 0, kp.count);
         blocks.backward(b);
-        accumulate(b.dq, rows(dq_acc.view, parts[p].local, parts[p].count));
-        accumulate(b.dk, rows(mine.dk, kp.local, kp.count));
-        accumulate(b.dv, rows(mine.dv, kp.local, kp.count));
+        accumulate(b.dq, rows(dq_acc.view, parts[p].local, parts[p].count), threads);
+        accumulate(b.dk, rows(mine.dk, kp.local, kp.count), threads);
+        accumulate(b.dv, rows(mine.dv, kp.local, kp.count), threads);
         ++time.blocks;
         t.progress();
       }
@@ -131,9 +132,9 @@ void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* ti
   if (R > 1) timed_wait(t, 1, time);  // this rank's own block, with every rank's contribution
 
   const GradBlock own = grad_views(travelling[acc], a, layout.shard_k(me));
-  convert(own.dk, a.dk);
-  convert(own.dv, a.dv);
-  convert(dq_acc.view, a.dq);
+  convert(own.dk, a.dk, threads);
+  convert(own.dv, a.dv, threads);
+  convert(dq_acc.view, a.dq, threads);
   if (a.dsinks) sink_gradients(a, t);
   time.total = total.seconds();
   if (timings) *timings = time;

@@ -1,5 +1,5 @@
 // Element-wise helpers over strided [B, N, H, D] views: row slices, packing a shard for the wire,
-// and the fp32 accumulators of the ring (widen, add, round back).
+// and the fp32 accumulators of the ring (widen, add, round back); `threads` OpenMP threads.
 #pragma once
 
 #include <cstddef>
@@ -20,16 +20,16 @@ inline size_t dense_bytes(DType t, int64_t batch, int64_t seq, int64_t heads, in
 }
 
 // Copies src into dst (same shape and dtype, any strides).
-void copy(const ConstTensor& src, const Tensor& dst);
+void copy(const ConstTensor& src, const Tensor& dst, int threads = 1);
 
 // dst = src converted to dst's dtype (fp32 widening exactly; fp32 to 16 bits rounding to nearest even).
-void convert(const ConstTensor& src, const Tensor& dst);
+void convert(const ConstTensor& src, const Tensor& dst, int threads = 1);
 
 // acc += src, acc fp32, src of any dtype (widened exactly).
-void accumulate(const ConstTensor& src, const Tensor& acc);
+void accumulate(const ConstTensor& src, const Tensor& acc, int threads = 1);
 
 // Sets every element of the fp32 view to 0.
-void zero(const Tensor& t);
+void zero(const Tensor& t, int threads = 1);
 
 // A fp32 or 16-bit contiguous buffer with a bshd view of it.
 struct Dense {

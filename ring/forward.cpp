@@ -18,17 +18,19 @@ using namespace detail;
 struct PartResult {
   Dense acc;                // fp32 [B, rows, Hq, dv]
   std::vector<float> lse;   // [B, Hq, rows]
-  Dense block_out, wide;    // the block's out (input dtype) and its fp32 copy
+  Dense block_out, wide;    // the block's out (input dtype) and its fp32 copy (16-bit inputs)
   std::vector<float> block_lse;
 };
 
 // Starts a part's result as the empty row, or as the sinks alone (O = 0, LSE = sink: merging the
 // blocks into it adds exp(sink) to every row's denominator exactly once).
-PartResult start_part(const ForwardArgs& a, int64_t rows) {
+PartResult start_part(const ForwardArgs& a, int64_t rows, int threads) {
   const int64_t B = a.q.batch, H = a.q.heads, dv = a.v.dim;
+  // fp32 blocks are merged from block_out directly; 16-bit ones through their fp32 copy `wide`.
+  const bool widen = a.q.dtype != DType::f32;
   PartResult p{Dense(DType::f32, B, rows, H, dv), std::vector<float>(B * H * rows), Dense(a.q.dtype, B, rows, H, dv),
-               Dense(DType::f32, B, rows, H, dv), std::vector<float>(B * H * rows)};
-  zero(p.acc.view);
+               widen ? Dense(DType::f32, B, rows, H, dv) : Dense(), std::vector<float>(B * H * rows)};
+  zero(p.acc.view, threads);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < rows; ++i)
@@ -47,8 +49,9 @@ void forward(const ForwardArgs& a, Transport& t, const Options& o, Timings* timi
 
   const std::vector<Part>& parts = layout.q_parts(me);
   std::vector<PartResult> results;
-  for (const Part& qp : parts) results.push_back(start_part(a, qp.count));
-  KvRing kv(a, layout, me);
+  const int threads = element_threads(o);
+  for (const Part& qp : parts) results.push_back(start_part(a, qp.count, threads));
+  KvRing kv(a, layout, me, threads);
   Blocks blocks(o);
 
   for (int step = 0; step < R; ++step) {
@@ -67,8 +70,10 @@ void forward(const ForwardArgs& a, Transport& t, const Options& o, Timings* timi
         b.lse = r.block_lse.data();
         b.num_splits = a.num_splits;
         blocks.forward(b);
-        convert(r.block_out.view, r.wide.view);
-        merge(r.acc.view, r.lse.data(), r.wide.view, r.block_lse.data(), r.acc.view, r.lse.data());
+        const bool widen = a.q.dtype != DType::f32;
+        if (widen) convert(r.block_out.view, r.wide.view, threads);
+        merge(r.acc.view, r.lse.data(), widen ? r.wide.view : r.block_out.view, r.block_lse.data(), r.acc.view,
+              r.lse.data());
         ++time.blocks;
         t.progress();
       }
@@ -79,7 +84,7 @@ void forward(const ForwardArgs& a, Transport& t, const Options& o, Timings* timi
 
   const int64_t bh = a.q.batch * a.q.heads;
   for (size_t p = 0; p < parts.size(); ++p) {
-    convert(results[p].acc.view, rows(a.out, parts[p].local, parts[p].count));
+    convert(results[p].acc.view, rows(a.out, parts[p].local, parts[p].count), threads);
     if (a.lse) lse_scatter(results[p].lse.data(), bh, a.q.seq, parts[p].local, parts[p].count, a.lse);
   }
   time.total = total.seconds();

@@ -5,17 +5,21 @@
 #include <cstring>
 #include <utility>
 
+#include <omp.h>
+
 namespace flashattn::ring::detail {
 
-KvRing::KvRing(const AttentionArgs& a, const Layout& layout, int me)
+int element_threads(const Options& o) { return o.cpu.threads > 0 ? o.cpu.threads : omp_get_max_threads(); }
+
+KvRing::KvRing(const AttentionArgs& a, const Layout& layout, int me, int threads)
     : dtype_(a.q.dtype), batch_(a.q.batch), heads_(a.k.heads), dim_(a.k.dim), dim_v_(a.v.dim), layout_(layout) {
   size_t most = 0;
   for (int r = 0; r < layout.ranks(); ++r) most = std::max(most, bytes(r));
   for (auto& b : buf_) b.resize(std::max<size_t>(most, 1));
-  copy(a.k, bshd(buf_[0].data(), dtype_, batch_, layout.shard_k(me), heads_, dim_));
+  copy(a.k, bshd(buf_[0].data(), dtype_, batch_, layout.shard_k(me), heads_, dim_), threads);
   const Tensor vv = bshd(buf_[0].data() + dense_bytes(dtype_, batch_, layout.shard_k(me), heads_, dim_), dtype_, batch_,
                          layout.shard_k(me), heads_, dim_v_);
-  copy(a.v, vv);
+  copy(a.v, vv, threads);
 }
 
 size_t KvRing::bytes(int r) const {

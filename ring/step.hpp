@@ -21,11 +21,14 @@ class Stopwatch {
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 
+// Threads of the ring's element-wise passes: Options::cpu.threads, 0 meaning OpenMP's maximum.
+int element_threads(const Options& o);
+
 // Rank r's K then V shard, packed contiguous ([B, n_r, Hk, d] then [B, n_r, Hk, dv]), in two
 // buffers: the one computed on and the one being received.
 class KvRing {
  public:
-  KvRing(const AttentionArgs& a, const Layout& layout, int me);
+  KvRing(const AttentionArgs& a, const Layout& layout, int me, int threads);
   size_t bytes(int r) const;                 // K and V bytes of rank r's shard
   ConstTensor k(int r) const;                // views of rank r's shard in the current buffer
   ConstTensor v(int r) const;
