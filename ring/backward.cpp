@@ -7,7 +7,6 @@
 #include <cmath>
 #include <vector>
 
-#include "agree.hpp"
 #include "flashattn/convert.hpp"
 #include "step.hpp"
 
@@ -55,9 +54,9 @@ GradBlock grad_views(std::vector<float>& buf, const BackwardArgs& a, int64_t row
 void backward(const BackwardArgs& a, Transport& t, const Options& o, Timings* timings) {
   const Stopwatch total;
   Timings time;
-  const Agreed agreed = agree(a, t, o);
-  const Layout layout(o.sharding, agreed.nq, agreed.nk);
-  const int R = t.size(), me = t.rank();
+  const RingCall call = start_call(a, t, o);
+  const Layout& layout = call.layout;
+  const int R = call.ranks, me = call.me;
   const DType dt = a.q.dtype;
   const int64_t B = a.q.batch, Hq = a.q.heads, Hk = a.k.heads, d = a.q.dim, dv = a.v.dim;
 

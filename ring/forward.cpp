@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-#include "agree.hpp"
 #include "flashattn/merge.hpp"
 #include "step.hpp"
 
@@ -43,9 +42,9 @@ PartResult start_part(const ForwardArgs& a, int64_t rows, int threads) {
 void forward(const ForwardArgs& a, Transport& t, const Options& o, Timings* timings) {
   const Stopwatch total;
   Timings time;
-  const Agreed agreed = agree(a, t, o);
-  const Layout layout(o.sharding, agreed.nq, agreed.nk);
-  const int R = t.size(), me = t.rank();
+  const RingCall call = start_call(a, t, o);
+  const Layout& layout = call.layout;
+  const int R = call.ranks, me = call.me;
 
   const std::vector<Part>& parts = layout.q_parts(me);
   std::vector<PartResult> results;

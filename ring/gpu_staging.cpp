@@ -22,12 +22,6 @@ size_t span_bytes(const ConstTensor& t) {
   return static_cast<size_t>(last) * dtype_size(t.dtype);
 }
 
-template <class View>
-View on_device(View t, void* device) {
-  t.data = device;
-  return t;
-}
-
 }  // namespace
 
 GpuStaging::GpuStaging(cudaStream_t stream, bool deterministic) : stream_(stream), deterministic_(deterministic) {}
@@ -56,6 +50,12 @@ void* GpuStaging::stage(size_t i, const void* host, size_t bytes) {
   return b.device;
 }
 
+template <class View>
+View GpuStaging::staged(size_t i, View t) {
+  t.data = stage(i, t.data, span_bytes(t));
+  return t;
+}
+
 void GpuStaging::fetch(size_t i, void* host, size_t bytes) {
   if (bytes) cuda_ok(cudaMemcpyAsync(host, slots_[i].device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
   cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -66,10 +66,10 @@ void GpuStaging::fetch(size_t i, void* host, size_t bytes) {
 // beyond the slopes, which are staged too.
 void GpuStaging::forward(const ForwardArgs& a) {
   ForwardArgs d = a;
-  d.q = on_device(a.q, stage(0, a.q.data, span_bytes(a.q)));
-  d.k = on_device(a.k, stage(1, a.k.data, span_bytes(a.k)));
-  d.v = on_device(a.v, stage(2, a.v.data, span_bytes(a.v)));
-  d.out = on_device(a.out, stage(3, a.out.data, span_bytes(a.out)));
+  d.q = staged(0, a.q);
+  d.k = staged(1, a.k);
+  d.v = staged(2, a.v);
+  d.out = staged(3, a.out);
   const size_t lse_bytes = sizeof(float) * a.q.batch * a.q.heads * a.q.seq;
   if (a.lse) d.lse = static_cast<float*>(stage(4, a.lse, lse_bytes));
   const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
@@ -81,17 +81,17 @@ void GpuStaging::forward(const ForwardArgs& a) {
 
 void GpuStaging::backward(const BackwardArgs& a) {
   BackwardArgs d = a;
-  d.q = on_device(a.q, stage(0, a.q.data, span_bytes(a.q)));
-  d.k = on_device(a.k, stage(1, a.k.data, span_bytes(a.k)));
-  d.v = on_device(a.v, stage(2, a.v.data, span_bytes(a.v)));
-  d.out = on_device(a.out, stage(3, a.out.data, span_bytes(a.out)));
-  d.dout = on_device(a.dout, stage(4, a.dout.data, span_bytes(a.dout)));
+  d.q = staged(0, a.q);
+  d.k = staged(1, a.k);
+  d.v = staged(2, a.v);
+  d.out = staged(3, a.out);
+  d.dout = staged(4, a.dout);
   d.lse = static_cast<const float*>(stage(5, a.lse, sizeof(float) * a.q.batch * a.q.heads * a.q.seq));
   const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
   if (a.alibi_slopes) d.alibi_slopes = static_cast<const float*>(stage(6, a.alibi_slopes, slopes));
-  d.dq = on_device(a.dq, stage(7, a.dq.data, span_bytes(a.dq)));
-  d.dk = on_device(a.dk, stage(8, a.dk.data, span_bytes(a.dk)));
-  d.dv = on_device(a.dv, stage(9, a.dv.data, span_bytes(a.dv)));
+  d.dq = staged(7, a.dq);
+  d.dk = staged(8, a.dk);
+  d.dv = staged(9, a.dv);
   gpu::backward(d, stream_, deterministic_);
   fetch(7, a.dq.data, span_bytes(a.dq));
   fetch(8, a.dk.data, span_bytes(a.dk));

@@ -6,11 +6,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "agree.hpp"
 #include "blocks.hpp"
 #include "flashattn/mask.hpp"
 #include "layout.hpp"
 
 namespace flashattn::ring::detail {
+
+// The agreed geometry of one ring call and this rank's place in it.
+struct RingCall {
+  Layout layout;
+  int ranks, me;
+};
 
 // Seconds since construction.
 class Stopwatch {
@@ -20,6 +27,13 @@ class Stopwatch {
  private:
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
+
+// Agrees on the call across the ranks (agree.hpp) and returns its layout.
+template <class Args>
+RingCall start_call(const Args& a, Transport& t, const Options& o) {
+  const Agreed agreed = agree(a, t, o);
+  return RingCall{Layout(o.sharding, agreed.nq, agreed.nk), t.size(), t.rank()};
+}
 
 // Threads of the ring's element-wise passes: Options::cpu.threads, 0 meaning OpenMP's maximum.
 int element_threads(const Options& o);

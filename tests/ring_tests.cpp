@@ -174,6 +174,16 @@ Stored from_values(const std::vector<float>& x, DType t, int64_t b, int64_t n, i
   return s;
 }
 
+flashattn::ForwardArgs forward_of(const Stored& q, const Stored& k, const Stored& v, const Stored& out, float* lse) {
+  flashattn::ForwardArgs f;
+  f.q = q.view;
+  f.k = k.view;
+  f.v = v.view;
+  f.out = out.view;
+  f.lse = lse;
+  return f;
+}
+
 std::string judged(const props::Judgement& j) { return j.passed() ? "" : j.first_failure(); }
 
 void run_case(const RingCase& c) {
@@ -208,12 +218,7 @@ void run_case(const RingCase& c) {
   Stored lout = store(Global{c.batch, mq, c.heads_q, c.dim_v, std::vector<float>(c.batch * mq * c.heads_q * c.dim_v)},
                       mq, [](int64_t r) { return r; }, t, c.bhsd);
   std::vector<float> llse(c.batch * c.heads_q * mq);
-  flashattn::ForwardArgs f;
-  f.q = lq.view;
-  f.k = lk.view;
-  f.v = lv.view;
-  f.out = lout.view;
-  f.lse = llse.data();
+  flashattn::ForwardArgs f = forward_of(lq, lk, lv, lout, llse.data());
   options(f);
   flashattn::ring::Options o;
   o.sharding = c.sharding;
@@ -263,12 +268,7 @@ void run_case(const RingCase& c) {
   Stored gq = whole(q), gk = whole(k), gv = whole(v), gdo = whole(dout);
   Stored gout = from_values(out, t, c.batch, c.seqlen_q, c.heads_q, c.dim_v);
   std::vector<float> glse = lse;
-  flashattn::ForwardArgs a;
-  a.q = gq.view;
-  a.k = gk.view;
-  a.v = gv.view;
-  a.out = gout.view;
-  a.lse = glse.data();
+  flashattn::ForwardArgs a = forward_of(gq, gk, gv, gout, glse.data());
   options(a);
   check(judged(props::judge_forward(a)).empty(), c.name + ": ring forward vs the fp64 oracle: " + judged(props::judge_forward(a)));
 

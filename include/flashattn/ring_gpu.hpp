@@ -37,6 +37,9 @@ class GpuStaging final : public BlockBackend {
   // Returns a device copy of the memory `host` spans (bytes), in buffer slot i (grown as needed).
   void* stage(size_t i, const void* host, size_t bytes);
   void fetch(size_t i, void* host, size_t bytes);  // copies slot i back to host (waits for stream)
+  // Returns the view t re-pointed at a device copy of its memory in slot i.
+  template <class View>
+  View staged(size_t i, View t);
   cudaStream_t stream_;
   bool deterministic_;
   std::vector<Buffer> slots_;
