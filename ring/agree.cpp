@@ -24,7 +24,7 @@ struct Record {
   int64_t causal = 0, window_left = 0, window_right = 0, diagonal_offset = 0;
   int64_t scale_set = 0, scale_bits = 0, softcap_bits = 0;
   int64_t alibi = 0, alibi_batch_stride = 0, alibi_hash = 0;
-  int64_t sinks = 0, sinks_hash = 0, lse = 0, dsinks = 0;
+  int64_t sinks = 0, sinks_hash = 0, dsinks = 0;  // dsinks: collective (an all-gather); lse is not
   char message[kMessageBytes] = {};
 };
 
@@ -56,7 +56,7 @@ void check_backend(const AttentionArgs& a, const Options& o) {
   if (!why.empty()) throw Error("the ring's block backend cannot compute this call: " + why);
 }
 
-Record describe(const AttentionArgs& a, int64_t kind, bool lse, bool dsinks, const Options& o) {
+Record describe(const AttentionArgs& a, int64_t kind, bool dsinks, const Options& o) {
   Record r;
   r.kind = kind;
   r.nq = a.q.seq;
@@ -81,7 +81,6 @@ Record describe(const AttentionArgs& a, int64_t kind, bool lse, bool dsinks, con
     r.alibi_hash = hash_floats(a.alibi_slopes, a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
   r.sinks = a.sinks != nullptr;
   if (a.sinks) r.sinks_hash = hash_floats(a.sinks, a.q.heads);
-  r.lse = lse;
   r.dsinks = dsinks;
   return r;
 }
@@ -120,7 +119,7 @@ Agreed exchange(const std::function<void()>& check, const std::function<Record()
       {"softcap (bits)", &Record::softcap_bits}, {"alibi_slopes (set)", &Record::alibi},
       {"alibi_batch_stride", &Record::alibi_batch_stride}, {"alibi_slopes (values)", &Record::alibi_hash},
       {"sinks (set)", &Record::sinks},   {"sinks (values)", &Record::sinks_hash},
-      {"lse (set)", &Record::lse},       {"dsinks (set)", &Record::dsinks},
+      {"dsinks (set)", &Record::dsinks},
   };
   for (int r = 1; r < R; ++r)
     for (const Field& f : fields)
@@ -146,7 +145,7 @@ Agreed agree(const ForwardArgs& a, Transport& t, const Options& o) {
         check_backend(a, o);
         if (a.append.used()) throw Error("the KV-cache append is not supported by ring attention");
       },
-      [&] { return describe(a, 1, a.lse != nullptr, false, o); }, t);
+      [&] { return describe(a, 1, false, o); }, t);
 }
 
 Agreed agree(const BackwardArgs& a, Transport& t, const Options& o) {
@@ -156,7 +155,7 @@ Agreed agree(const BackwardArgs& a, Transport& t, const Options& o) {
         check_supported(a);
         check_backend(a, o);
       },
-      [&] { return describe(a, 2, true, a.dsinks != nullptr, o); }, t);
+      [&] { return describe(a, 2, a.dsinks != nullptr, o); }, t);
 }
 
 }  // namespace flashattn::ring::detail

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -162,7 +163,7 @@ std::vector<float> place(const ConstTensor& local, const std::vector<int64_t>& r
 std::vector<float> place_lse(const std::vector<float>& lse, int64_t bh, const std::vector<int64_t>& rows, int64_t n) {
   std::vector<float> g(static_cast<size_t>(bh * n), 0.0f);
   for (int64_t k = 0; k < bh; ++k)
-    for (size_t r = 0; r < rows.size(); ++r) g[k * n + rows[r]] = lse[k * rows.size() + r];
+    for (size_t r = 0; r < rows.size(); ++r) g[k * n + rows[r]] = lse[k * rows.size() + r];  // (lse may be padded)
   return g;
 }
 
@@ -217,7 +218,7 @@ void run_case(const RingCase& c) {
          ldo = store(dout, mq, qmap, t, c.bhsd);
   Stored lout = store(Global{c.batch, mq, c.heads_q, c.dim_v, std::vector<float>(c.batch * mq * c.heads_q * c.dim_v)},
                       mq, [](int64_t r) { return r; }, t, c.bhsd);
-  std::vector<float> llse(c.batch * c.heads_q * mq);
+  std::vector<float> llse(std::max<int64_t>(1, c.batch * c.heads_q * mq));  // non-null on an empty shard
   flashattn::ForwardArgs f = forward_of(lq, lk, lv, lout, llse.data());
   options(f);
   flashattn::ring::Options o;
@@ -377,6 +378,47 @@ void error_cases() {
 #endif
 }
 
+// Returns `count` random cases (the same on every rank: a fixed seed, FLASHATTN_RING_SEED to
+// explore): shapes, GQA, dims, dtypes, masks with windows and offsets, softcap, ALiBi, sinks,
+// shardings, uneven shards, layouts. Sizes stay small: the oracle judges every case on rank 0.
+std::vector<RingCase> random_cases(int count) {
+  const char* env = std::getenv("FLASHATTN_RING_SEED");
+  std::mt19937 rng(env ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 20261125u);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  std::vector<RingCase> cases;
+  for (int i = 0; i < count; ++i) {
+    RingCase c;
+    c.sharding = pick(0, 1) ? Sharding::zigzag : Sharding::contiguous;
+    c.dtype = std::vector<DType>{DType::f32, DType::f16, DType::bf16}[pick(0, 2)];
+    c.batch = pick(1, 2);
+    c.heads_k = pick(1, 2);
+    c.heads_q = c.heads_k * pick(1, 3);
+    c.dim = pick(1, 40);
+    c.dim_v = pick(0, 3) ? c.dim : pick(1, 40);
+    c.seqlen_q = pick(0, 60);
+    c.seqlen_k = pick(0, 3) ? c.seqlen_q : pick(0, 60);
+    c.causal = pick(0, 1);
+    if (pick(0, 2) == 0) c.window_left = pick(0, 20);
+    if (pick(0, 2) == 0) c.window_right = pick(0, 20);
+    if (pick(0, 3) == 0) c.diagonal_offset = pick(-30, 30);
+    if (pick(0, 3) == 0) c.softcap = 4.0f;
+    c.alibi = pick(0, 3) == 0;
+    c.sinks = pick(0, 3) == 0;
+    c.uneven = pick(0, 1);
+    c.bhsd = pick(0, 1);
+    c.name = "random " + std::to_string(i) + ": " + (c.sharding == Sharding::zigzag ? "zigzag " : "contiguous ") +
+             flashattn::dtype_name(c.dtype) + " b=" + std::to_string(c.batch) + " hq=" + std::to_string(c.heads_q) +
+             " hk=" + std::to_string(c.heads_k) + " d=" + std::to_string(c.dim) + " dv=" + std::to_string(c.dim_v) +
+             " nq=" + std::to_string(c.seqlen_q) + " nk=" + std::to_string(c.seqlen_k) + " causal=" +
+             std::to_string(c.causal) + " window=(" + std::to_string(c.window_left) + "," +
+             std::to_string(c.window_right) + ") offset=" + std::to_string(c.diagonal_offset) +
+             (c.softcap > 0 ? " softcap" : "") + (c.alibi ? " alibi" : "") + (c.sinks ? " sinks" : "") +
+             (c.uneven ? " uneven" : "") + (c.bhsd ? " bhsd" : "");
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -465,9 +507,15 @@ int main(int argc, char** argv) {
     add(c);
   }
 #endif
+  const char* count = std::getenv("FLASHATTN_RING_RANDOM_CASES");
+  for (const RingCase& c : random_cases(count ? std::atoi(count) : 24)) add(c);
   for (const RingCase& c : cases) {
     if (g_rank == 0) std::printf("case %s\n", c.name.c_str());
-    run_case(c);
+    try {
+      run_case(c);
+    } catch (const std::exception& e) {  // the ring throws on every rank alike: the tests go on
+      check(false, c.name + ": threw " + e.what());
+    }
   }
   error_cases();
 
