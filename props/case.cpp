@@ -358,20 +358,17 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     }
     if (space.masks) {
       c.causal = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+      int64_t longest = std::max(c.seqlen_q, c.seqlen_k);  // rows or keys of the longest sequence
+      for (size_t s = 0; s < c.varlen_q.size(); ++s) longest = std::max<int64_t>({longest, c.varlen_q[s], c.varlen_k[s]});
       if (*rc::gen::weightedElement<bool>({{3, false}, {2, true}})) {
-        int64_t reach = std::max(c.seqlen_q, c.seqlen_k);
-        for (size_t s = 0; s < c.varlen_q.size(); ++s) reach = std::max<int64_t>({reach, c.varlen_q[s], c.varlen_k[s]});
-        reach += 2;  // windows wider than every sequence too
+        const int64_t reach = longest + 2;  // windows wider than every sequence too
         const int sides = *rc::gen::weightedElement<int>({{2, 3}, {1, 1}, {1, 2}});  // bit 0: left, bit 1: right
         if (sides & 1) c.window_left = *gen_window_side(reach);
         if (sides & 2) c.window_right = *gen_window_side(reach);
       }
       // A moved diagonal (a block of a longer sequence, as ring attention computes): 1 in 4.
-      if (*rc::gen::weightedElement<bool>({{3, false}, {1, true}})) {
-        int64_t reach = std::max(c.seqlen_q, c.seqlen_k);
-        for (size_t s = 0; s < c.varlen_q.size(); ++s) reach = std::max<int64_t>({reach, c.varlen_q[s], c.varlen_k[s]});
-        c.diagonal_offset = *rc::gen::inRange<int64_t>(-reach - 1, reach + 2);
-      }
+      if (*rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
+        c.diagonal_offset = *rc::gen::inRange<int64_t>(-longest - 1, longest + 2);
       c.alibi = *rc::gen::weightedElement<Alibi>({{3, Alibi::off}, {1, Alibi::shared}, {1, Alibi::per_batch}});
     }
     if (space.softcap && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
