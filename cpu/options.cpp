@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "flashattn/convert.hpp"
 #include "flashattn/problem.hpp"
@@ -38,23 +39,9 @@ void copy_columns(const ConstTensor& src, const Tensor& dst) {
 
 void sink_gradients(const BackwardArgs& a) {
   if (!a.dsinks) return;
-  for (int64_t h = 0; h < a.q.heads; ++h) {
-    double sum = 0;
-    for (int64_t s = 0; s < num_sequences(a); ++s) {
-      const Sequence seq = sequence(a, s);
-      for (int64_t i = 0; i < seq.mask.seqlen_q; ++i) {
-        const double lse = a.lse[lse_index(a, seq, h, i)];
-        if (std::isinf(lse)) continue;  // cannot hold with finite sinks unless overflowed: no term
-        double dot = 0;
-        const int64_t o = a.out.offset(seq.batch, seq.q_start + i, h), g = a.dout.offset(seq.batch, seq.q_start + i, h);
-        for (int64_t x = 0; x < a.v.dim; ++x)
-          dot += static_cast<double>(load_as_float(a.dout.data, a.dout.dtype, g + x)) *
-                 load_as_float(a.out.data, a.out.dtype, o + x);
-        sum -= std::exp(static_cast<double>(a.sinks[h]) - lse) * dot;
-      }
-    }
-    a.dsinks[h] = static_cast<float>(sum);
-  }
+  std::vector<double> sums(static_cast<size_t>(a.q.heads), 0.0);
+  add_sink_gradients(a, sums.data());
+  for (int64_t h = 0; h < a.q.heads; ++h) a.dsinks[h] = static_cast<float>(sums[h]);
 }
 
 }  // namespace flashattn::cpu::detail

@@ -4,10 +4,9 @@
 // accumulates locally. The summation orders are fixed (the accumulator of rank o's block adds the
 // contributions of ranks o, o+1, ...), so the bits depend only on the rank count.
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
-#include "flashattn/convert.hpp"
+#include "flashattn/problem.hpp"
 #include "step.hpp"
 
 namespace flashattn::ring {
@@ -15,21 +14,12 @@ namespace {
 
 using namespace detail;
 
-// dsinks[h] = -Σ_{b,i} exp(sink_h - LSE_i)·D_i over this rank's rows, D_i = Σ_x dout·out (fp64),
-// then summed over the ranks in rank order: every rank writes the same values.
+// dsinks: this rank's rows' sums (add_sink_gradients, fp64), then summed over the ranks in rank
+// order: every rank writes the same values.
 void sink_gradients(const BackwardArgs& a, Transport& t) {
-  const int64_t B = a.q.batch, H = a.q.heads, n = a.q.seq, dv = a.v.dim;
+  const int64_t H = a.q.heads;
   std::vector<double> mine(H, 0.0), all(static_cast<size_t>(H) * t.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < n; ++i) {
-        double dot = 0;
-        const int64_t od = a.out.offset(b, i, h), gd = a.dout.offset(b, i, h);
-        for (int64_t x = 0; x < dv; ++x)
-          dot += double(load_as_float(a.dout.data, a.dout.dtype, gd + x)) * load_as_float(a.out.data, a.out.dtype, od + x);
-        const float lse = a.lse[(b * H + h) * n + i];
-        if (dot != 0) mine[h] -= std::exp(double(a.sinks[h]) - lse) * dot;
-      }
+  add_sink_gradients(a, mine.data());
   t.allgather(mine.data(), all.data(), sizeof(double) * H);
   for (int64_t h = 0; h < H; ++h) {
     double s = 0;

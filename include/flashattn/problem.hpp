@@ -8,6 +8,7 @@
 
 #include "flashattn/args.hpp"
 #include "flashattn/config.hpp"
+#include "flashattn/convert.hpp"
 #include "flashattn/mask.hpp"
 
 namespace flashattn {
@@ -90,6 +91,28 @@ inline float alibi_slope(const AttentionArgs& a, int64_t s, int64_t h) {
 // Returns the index into lse ([B, Hq, Nq] contiguous) of row i of sequence seq, query head h.
 inline int64_t lse_index(const AttentionArgs& a, const Sequence& seq, int64_t h, int64_t i) {
   return (seq.batch * a.q.heads + h) * a.q.seq + seq.q_start + i;
+}
+
+// Subtracts exp(sink_h − LSE_i)·D_i, D_i = Σ_x dout_ix·out_ix (fp64), from sums[h] for every row i
+// of every sequence of a validated backward call with sinks, head by head in sequence and row
+// order; rows with an infinite LSE add nothing. dsinks[h] is the sum over all rows rounded to fp32
+// (docs/semantics.md, "Backward"): the CPU backend's, and each rank's share in flashattn::ring.
+inline void add_sink_gradients(const BackwardArgs& a, double* sums) {
+  for (int64_t h = 0; h < a.q.heads; ++h) {
+    for (int64_t s = 0; s < num_sequences(a); ++s) {
+      const Sequence seq = sequence(a, s);
+      for (int64_t i = 0; i < seq.mask.seqlen_q; ++i) {
+        const double lse = a.lse[lse_index(a, seq, h, i)];
+        if (std::isinf(lse)) continue;  // cannot hold with finite sinks unless overflowed: no term
+        double dot = 0;
+        const int64_t o = a.out.offset(seq.batch, seq.q_start + i, h), g = a.dout.offset(seq.batch, seq.q_start + i, h);
+        for (int64_t x = 0; x < a.v.dim; ++x)
+          dot += static_cast<double>(load_as_float(a.dout.data, a.dout.dtype, g + x)) *
+                 load_as_float(a.out.data, a.out.dtype, o + x);
+        sums[h] -= std::exp(static_cast<double>(a.sinks[h]) - lse) * dot;
+      }
+    }
+  }
 }
 
 // Returns the key/value head read by query head h.
