@@ -58,7 +58,16 @@ View GpuStaging::staged(size_t i, View t) {
 
 void GpuStaging::fetch(size_t i, void* host, size_t bytes) {
   if (bytes) cuda_ok(cudaMemcpyAsync(host, slots_[i].device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
-  cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void GpuStaging::finish() { cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+void GpuStaging::stage_inputs(AttentionArgs& d, const AttentionArgs& a) {
+  d.q = staged(0, a.q);
+  d.k = staged(1, a.k);
+  d.v = staged(2, a.v);
+  const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
+  if (a.alibi_slopes) d.alibi_slopes = static_cast<const float*>(stage(3, a.alibi_slopes, slopes));
 }
 
 // Inputs and outputs are staged whole (an output's span is copied in first, so bytes between its
@@ -66,29 +75,22 @@ void GpuStaging::fetch(size_t i, void* host, size_t bytes) {
 // beyond the slopes, which are staged too.
 void GpuStaging::forward(const ForwardArgs& a) {
   ForwardArgs d = a;
-  d.q = staged(0, a.q);
-  d.k = staged(1, a.k);
-  d.v = staged(2, a.v);
-  d.out = staged(3, a.out);
+  stage_inputs(d, a);
+  d.out = staged(4, a.out);
   const size_t lse_bytes = sizeof(float) * a.q.batch * a.q.heads * a.q.seq;
-  if (a.lse) d.lse = static_cast<float*>(stage(4, a.lse, lse_bytes));
-  const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
-  if (a.alibi_slopes) d.alibi_slopes = static_cast<const float*>(stage(5, a.alibi_slopes, slopes));
+  if (a.lse) d.lse = static_cast<float*>(stage(5, a.lse, lse_bytes));
   gpu::forward(d, stream_);
-  fetch(3, a.out.data, span_bytes(a.out));
-  if (a.lse) fetch(4, a.lse, lse_bytes);
+  fetch(4, a.out.data, span_bytes(a.out));
+  if (a.lse) fetch(5, a.lse, lse_bytes);
+  finish();
 }
 
 void GpuStaging::backward(const BackwardArgs& a) {
   BackwardArgs d = a;
-  d.q = staged(0, a.q);
-  d.k = staged(1, a.k);
-  d.v = staged(2, a.v);
-  d.out = staged(3, a.out);
-  d.dout = staged(4, a.dout);
-  d.lse = static_cast<const float*>(stage(5, a.lse, sizeof(float) * a.q.batch * a.q.heads * a.q.seq));
-  const size_t slopes = sizeof(float) * (a.alibi_batch_stride ? a.q.batch * a.alibi_batch_stride : a.q.heads);
-  if (a.alibi_slopes) d.alibi_slopes = static_cast<const float*>(stage(6, a.alibi_slopes, slopes));
+  stage_inputs(d, a);
+  d.out = staged(4, a.out);
+  d.dout = staged(5, a.dout);
+  d.lse = static_cast<const float*>(stage(6, a.lse, sizeof(float) * a.q.batch * a.q.heads * a.q.seq));
   d.dq = staged(7, a.dq);
   d.dk = staged(8, a.dk);
   d.dv = staged(9, a.dv);
@@ -96,6 +98,7 @@ void GpuStaging::backward(const BackwardArgs& a) {
   fetch(7, a.dq.data, span_bytes(a.dq));
   fetch(8, a.dk.data, span_bytes(a.dk));
   fetch(9, a.dv.data, span_bytes(a.dv));
+  finish();
 }
 
 }  // namespace flashattn::ring

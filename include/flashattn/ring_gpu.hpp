@@ -36,10 +36,13 @@ class GpuStaging final : public BlockBackend {
   };
   // Returns a device copy of the memory `host` spans (bytes), in buffer slot i (grown as needed).
   void* stage(size_t i, const void* host, size_t bytes);
-  void fetch(size_t i, void* host, size_t bytes);  // copies slot i back to host (waits for stream)
+  void fetch(size_t i, void* host, size_t bytes);  // enqueues the copy of slot i back to host
+  void finish();                                   // waits for the stream (the fetches)
   // Returns the view t re-pointed at a device copy of its memory in slot i.
   template <class View>
   View staged(size_t i, View t);
+  // Stages what both passes read, q, k, v and the ALiBi slopes, in slots 0-3 of d.
+  void stage_inputs(AttentionArgs& d, const AttentionArgs& a);
   cudaStream_t stream_;
   bool deterministic_;
   std::vector<Buffer> slots_;
