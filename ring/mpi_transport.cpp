@@ -36,21 +36,21 @@ void MpiTransport::start_shift(int channel, const void* send, size_t send_bytes,
     throw Error("ring: a block of " + std::to_string(std::max(send_bytes, recv_bytes)) + " bytes is too large to send");
   const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   std::vector<MPI_Request>& req = pending_[channel];
-  // Pieces of at most 1 GiB (MPI counts are int); an empty message is still one (matched) piece.
-  for (size_t off = 0, piece = 0; off < recv_bytes || piece == 0; off += kPiece, ++piece) {
-    const int n = static_cast<int>(std::min(kPiece, recv_bytes - std::min(off, recv_bytes)));
-    req.emplace_back();
-    check(MPI_Irecv(static_cast<unsigned char*>(recv) + off, n, MPI_BYTE, prev,
-                    kTagBase + channel * kTagsPerChannel + static_cast<int>(piece), comm_, &req.back()),
-          "MPI_Irecv");
-  }
-  for (size_t off = 0, piece = 0; off < send_bytes || piece == 0; off += kPiece, ++piece) {
-    const int n = static_cast<int>(std::min(kPiece, send_bytes - std::min(off, send_bytes)));
-    req.emplace_back();
-    check(MPI_Isend(static_cast<const unsigned char*>(send) + off, n, MPI_BYTE, next,
-                    kTagBase + channel * kTagsPerChannel + static_cast<int>(piece), comm_, &req.back()),
-          "MPI_Isend");
-  }
+  // Posts one message as pieces of at most 1 GiB (MPI counts are int); an empty message is still one
+  // (matched) piece. post(offset, count, tag, request) starts one piece.
+  auto pieces = [&](size_t bytes, auto post) {
+    for (size_t off = 0, piece = 0; off < bytes || piece == 0; off += kPiece, ++piece) {
+      req.emplace_back();
+      post(off, static_cast<int>(std::min(kPiece, bytes - std::min(off, bytes))),
+           kTagBase + channel * kTagsPerChannel + static_cast<int>(piece), &req.back());
+    }
+  };
+  pieces(recv_bytes, [&](size_t off, int n, int tag, MPI_Request* r) {
+    check(MPI_Irecv(static_cast<unsigned char*>(recv) + off, n, MPI_BYTE, prev, tag, comm_, r), "MPI_Irecv");
+  });
+  pieces(send_bytes, [&](size_t off, int n, int tag, MPI_Request* r) {
+    check(MPI_Isend(static_cast<const unsigned char*>(send) + off, n, MPI_BYTE, next, tag, comm_, r), "MPI_Isend");
+  });
 }
 
 void MpiTransport::progress() {

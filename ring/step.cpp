@@ -16,10 +16,15 @@ KvRing::KvRing(const AttentionArgs& a, const Layout& layout, int me, int threads
   size_t most = 0;
   for (int r = 0; r < layout.ranks(); ++r) most = std::max(most, bytes(r));
   for (auto& b : buf_) b.resize(std::max<size_t>(most, 1));
-  copy(a.k, bshd(buf_[0].data(), dtype_, batch_, layout.shard_k(me), heads_, dim_), threads);
-  const Tensor vv = bshd(buf_[0].data() + dense_bytes(dtype_, batch_, layout.shard_k(me), heads_, dim_), dtype_, batch_,
-                         layout.shard_k(me), heads_, dim_v_);
-  copy(a.v, vv, threads);
+  copy(a.k, view(0, me, false), threads);
+  copy(a.v, view(0, me, true), threads);
+}
+
+Tensor KvRing::view(int b, int r, bool value) {
+  const int64_t n = layout_.shard_k(r);
+  unsigned char* base = buf_[b].data();
+  return value ? bshd(base + dense_bytes(dtype_, batch_, n, heads_, dim_), dtype_, batch_, n, heads_, dim_v_)
+               : bshd(base, dtype_, batch_, n, heads_, dim_);
 }
 
 size_t KvRing::bytes(int r) const {
@@ -27,13 +32,9 @@ size_t KvRing::bytes(int r) const {
   return dense_bytes(dtype_, batch_, n, heads_, dim_) + dense_bytes(dtype_, batch_, n, heads_, dim_v_);
 }
 
-ConstTensor KvRing::k(int r) const { return bshd(static_cast<const void*>(buf_[cur_].data()), dtype_, batch_, layout_.shard_k(r), heads_, dim_); }
+ConstTensor KvRing::k(int r) { return view(cur_, r, false); }
 
-ConstTensor KvRing::v(int r) const {
-  const int64_t n = layout_.shard_k(r);
-  return bshd(static_cast<const void*>(buf_[cur_].data() + dense_bytes(dtype_, batch_, n, heads_, dim_)), dtype_,
-              batch_, n, heads_, dim_v_);
-}
+ConstTensor KvRing::v(int r) { return view(cur_, r, true); }
 
 void KvRing::start(Transport& t, int held) {
   const int R = layout_.ranks();

@@ -44,13 +44,15 @@ class KvRing {
  public:
   KvRing(const AttentionArgs& a, const Layout& layout, int me, int threads);
   size_t bytes(int r) const;                 // K and V bytes of rank r's shard
-  ConstTensor k(int r) const;                // views of rank r's shard in the current buffer
-  ConstTensor v(int r) const;
+  ConstTensor k(int r);                      // views of rank r's shard in the current buffer
+  ConstTensor v(int r);
   // Starts sending the current buffer (rank `held`'s shard) on and receiving rank held-1's.
   void start(Transport& t, int held);
   void finish(Transport& t, Timings& time);  // waits, then the received buffer becomes current
 
  private:
+  // Rank r's K (value = false) or V view in buffer b.
+  Tensor view(int b, int r, bool value);
   DType dtype_;
   int64_t batch_, heads_, dim_, dim_v_;
   const Layout& layout_;
