@@ -37,32 +37,52 @@ template <class... Parts>
   throw Error(os.str());
 }
 
-// Returns whether head dim d is one of the table's head dims / was compiled in.
-bool head_dim_compiled(int64_t d) {
-#define FLASHATTN_X(D, DT, TYPE) if (d == D) return true;
+// Returns whether the (d, dv) pair has a variant in the table (has_backward: with a backward) /
+// was compiled into this build.
+bool pair_supported(int64_t d, int64_t dv, bool backward) {
+#define FLASHATTN_X(D, DV, DT, TYPE, BWD) \
+  if (d == D && dv == DV && (BWD || !backward)) return true;
+  FLASHATTN_GPU_ALL_VARIANTS(FLASHATTN_X)
+#undef FLASHATTN_X
+  return false;
+}
+bool pair_compiled(int64_t d, int64_t dv) {
+#define FLASHATTN_X(D, DV, DT, TYPE, BWD) \
+  if (d == D && dv == DV) return true;
   FLASHATTN_GPU_VARIANTS(FLASHATTN_X)
 #undef FLASHATTN_X
   return false;
 }
-bool head_dim_supported(int64_t d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
 
 template <class T>
 struct Tag {
   using type = T;
 };
 
-// Calls f(integral_constant<D>, Tag<T>) for the compiled variant matching (d, dtype). The caller has
-// checked unsupported_reason() first.
-template <class F>
-void dispatch(int64_t d, DType dtype, F&& f) {
-#define FLASHATTN_X(D, DT, TYPE)                           \
-  if (d == D && dtype == DType::DT) {                      \
-    f(std::integral_constant<int, D>{}, Tag<TYPE>{});      \
-    return;                                                \
+// Calls f(integral_constant<D>, integral_constant<DV>, Tag<T>) for the compiled variant matching
+// (d, dv, dtype); with `backward`, only variants that have one (f is not instantiated for the
+// others). The caller has checked unsupported_reason() first.
+template <bool kBackward, class F>
+void dispatch(int64_t d, int64_t dv, DType dtype, F&& f) {
+#define FLASHATTN_X(D, DV, DT, TYPE, BWD)                                                            \
+  if constexpr (BWD || !kBackward) {                                                                 \
+    if (d == D && dv == DV && dtype == DType::DT) {                                                  \
+      f(std::integral_constant<int, D>{}, std::integral_constant<int, DV>{}, Tag<TYPE>{});           \
+      return;                                                                                        \
+    }                                                                                                \
   }
   FLASHATTN_GPU_VARIANTS(FLASHATTN_X)
 #undef FLASHATTN_X
-  fail("no compiled variant for head dim ", d, " and dtype ", dtype_name(dtype));
+  fail("no compiled variant for head dims ", d, "/", dv, " and dtype ", dtype_name(dtype));
+}
+
+// Calls f(Tag<T>) for dtype (f16 or bf16).
+template <class F>
+void by_dtype(DType dtype, F&& f) {
+  if (dtype == DType::f16)
+    f(Tag<__half>{});
+  else
+    f(Tag<__nv_bfloat16>{});
 }
 
 // Fails unless p is null or memory the device can read (device, managed or pinned host memory).
@@ -88,8 +108,8 @@ std::vector<T> host_copy(const T* src, int64_t n, cudaStream_t stream) {
 
 // Host copies of the small device arrays of a call, and the args pointing at them.
 struct HostArrays {
-  std::vector<int32_t> cu_q, cu_k, seqlens_k;
-  std::vector<float> alibi;
+  std::vector<int32_t> cu_q, cu_k, seqlens_k, block_table;
+  std::vector<float> alibi, sinks;
 };
 
 // Copies the device arrays of `a` to `h` and points `host` at them.
@@ -101,6 +121,8 @@ void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cud
   check_device_pointer(a.cu_seqlens_k, "cu_seqlens_k");
   check_device_pointer(a.seqlens_k, "seqlens_k");
   check_device_pointer(a.alibi_slopes, "alibi_slopes");
+  check_device_pointer(a.sinks, "sinks");
+  check_device_pointer(a.block_table, "block_table");
   h.cu_q = host_copy(a.cu_seqlens_q, nseq + 1, stream);
   h.cu_k = host_copy(a.cu_seqlens_k, nseq + 1, stream);
   h.seqlens_k = host_copy(a.seqlens_k, nseq, stream);
@@ -111,6 +133,15 @@ void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cud
     const int64_t n = a.alibi_batch_stride ? (nseq > 0 ? (nseq - 1) * a.alibi_batch_stride + a.q.heads : 0) : a.q.heads;
     h.alibi = host_copy(a.alibi_slopes, n, stream);
   }
+  h.sinks = host_copy(a.sinks, a.q.heads, stream);
+  if (a.block_table && a.block_table_pages >= 0 && a.block_table_pages < kMaxSeqIndex && a.block_table_stride >= 0 &&
+      a.block_table_stride < kMaxSeqIndex) {  // else validate() fails on the fields before reading entries
+    const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+    h.block_table = host_copy(a.block_table, nseq > 0 ? (nseq - 1) * stride + a.block_table_pages : 0, stream);
+    host.block_table = h.block_table.empty() ? nullptr : h.block_table.data();
+    if (!host.block_table) host.block_table = a.block_table;  // nothing to read: validate reads no entry
+  }
+  host.sinks = a.sinks ? h.sinks.data() : nullptr;
   host.cu_seqlens_q = a.cu_seqlens_q ? h.cu_q.data() : nullptr;
   host.cu_seqlens_k = a.cu_seqlens_k ? h.cu_k.data() : nullptr;
   host.seqlens_k = a.seqlens_k ? h.seqlens_k.data() : nullptr;
@@ -138,24 +169,15 @@ struct NamedTensor {
 
 // Checks dtype, head dim, grid limits and the layout of every tensor (all without a device), then
 // that every pointer is device-readable memory (asks the driver).
-void check_gpu(const AttentionArgs& a, const float* lse, int64_t nseq, std::initializer_list<NamedTensor> tensors) {
-  const std::string why = unsupported_reason(a.q.dtype, a.q.dim);
+void check_gpu(const AttentionArgs& a, int64_t dv, bool backward, const float* lse, int64_t nseq,
+               std::initializer_list<NamedTensor> tensors) {
+  const std::string why = unsupported_reason(a.q.dtype, a.q.dim, dv, backward);
   if (!why.empty()) throw Error(why);
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   for (const NamedTensor& t : tensors) check_gpu_layout(t.tensor, t.name);
   for (const NamedTensor& t : tensors) check_device_pointer(t.tensor.data, t.name);
   check_device_pointer(lse, "lse");
-}
-
-// Rejects the inference options of issue 12 that the GPU kernels do not implement yet, before any
-// device array is read (docs/semantics.md: a backend rejects what it does not support).
-void reject_inference_options(const AttentionArgs& a) {
-  if (a.sinks) throw Error("gpu: sinks (attention sinks) are not supported yet; use flashattn::cpu");
-  if (a.block_table) throw Error("gpu: block_table (paged K/V) is not supported yet; use flashattn::cpu");
-  if (a.v.dim != a.q.dim)
-    throw Error("gpu: v.dim (" + std::to_string(a.v.dim) + ") != q.dim (" + std::to_string(a.q.dim) +
-                ") is not supported yet; use flashattn::cpu");
 }
 
 // Scratch memory allocated and freed in stream order.
@@ -170,6 +192,7 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   float* get() const { return static_cast<float*>(ptr_); }
+  void* bytes() const { return ptr_; }
 
  private:
   void* ptr_ = nullptr;
@@ -179,37 +202,70 @@ class DeviceBuffer {
 }  // namespace
 }  // namespace detail
 
-std::string unsupported_reason(DType dtype, int64_t head_dim) {
+std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v, bool backward) {
   if (dtype == DType::f32)
     return "gpu: dtype f32 is not supported (the GPU backend computes f16 and bf16 inputs with fp32 "
            "accumulation; use flashattn::cpu or flashattn::reference for f32)";
   if (dtype != DType::f16 && dtype != DType::bf16) return "gpu: dtype " + std::to_string(int(dtype)) + " is not a DType";
-  if (!detail::head_dim_supported(head_dim))
-    return "gpu: head dim " + std::to_string(head_dim) + " is not supported (supported: " +
-           FLASHATTN_GPU_SUPPORTED_HEAD_DIMS + ")";
-  if (!detail::head_dim_compiled(head_dim))
-    return "gpu: head dim " + std::to_string(head_dim) +
-           " was not compiled into this build (FLASHATTN_GPU_HEAD_DIMS = " FLASHATTN_GPU_COMPILED_HEAD_DIMS ")";
+  const int64_t dv = head_dim_v == 0 ? head_dim : head_dim_v;
+  const std::string dims = dv == head_dim ? "head dim " + std::to_string(head_dim)
+                                          : "head dims d = " + std::to_string(head_dim) + ", dv = " + std::to_string(dv);
+  if (!detail::pair_supported(head_dim, dv, false))
+    return "gpu: " + dims + " is not supported (supported: " + FLASHATTN_GPU_SUPPORTED_HEAD_DIMS + ")";
+  if (backward && !detail::pair_supported(head_dim, dv, true))
+    return "gpu: " + dims + " has a forward kernel only (no backward; use flashattn::cpu)";
+  if (!detail::pair_compiled(head_dim, dv))
+    return "gpu: " + dims + " was not compiled into this build (FLASHATTN_GPU_HEAD_DIMS = " +
+           FLASHATTN_GPU_COMPILED_HEAD_DIMS + ")";
   return "";
 }
 
 void forward(const ForwardArgs& a, cudaStream_t stream) {
   using namespace detail;
-  reject_inference_options(a);
-  if (a.append.used()) throw Error("gpu: append (KV-cache append with rotary) is not supported yet; use flashattn::cpu");
-  if (a.num_splits != 0 && a.num_splits != 1)
-    throw Error("gpu: num_splits (" + std::to_string(a.num_splits) + ") is not supported yet (0 or 1 only)");
   ForwardArgs host = a;
   HostArrays arrays;
   copy_arrays(a, host, arrays, stream);
   validate(host);
-  const Extents e = extents(host);
-  check_gpu(a, a.lse, e.nseq, {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}});
+  const KvAppend& ap = a.append;
+  const bool append = ap.used();
+  const int64_t nseq = num_sequences(host);
+  check_gpu(a, append ? ap.v_cache.dim : a.v.dim, false, a.lse, nseq,
+            {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}, {ap.k_cache, "append.k_cache"},
+             {ap.v_cache, "append.v_cache"}, {ap.k_new, "append.k_new"}, {ap.v_new, "append.v_new"}});
+  check_device_pointer(ap.rotary_cos, "append.rotary_cos");
+  check_device_pointer(ap.rotary_sin, "append.rotary_sin");
+
+  // 2. the append (new rows into the caches, rotated queries into scratch); 3. the plain call.
+  ForwardArgs call = a, call_host = host;
+  std::vector<int32_t> lengths;
+  DeviceBuffer device_lengths(append ? sizeof(int32_t) * static_cast<size_t>(a.q.batch) : 0, stream);
+  DeviceBuffer q_rot(append ? rotated_q_bytes(a) : 0, stream);
+  if (append) {
+    lengths = lengths_after_append(host);
+    check_cuda(cudaMemcpyAsync(device_lengths.bytes(), lengths.data(), sizeof(int32_t) * lengths.size(),
+                               cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync (lengths after the append)");
+    AppendParams p;
+    fill(p, a, q_rot.bytes());
+    by_dtype(a.q.dtype, [&](auto tag) {
+      launch_append<typename decltype(tag)::type>(p, a.q.batch, static_cast<int>(ap.k_new.heads),
+                                                  static_cast<int>(a.q.heads), a.q.seq, stream);
+    });
+    call = appended_call(a, static_cast<const int32_t*>(device_lengths.bytes()), q_rot.bytes());
+    call_host = appended_call(host, lengths.data(), q_rot.bytes());
+  }
+  const Extents e = extents(call_host);
   if (e.max_q == 0) return;
   ForwardParams p;
-  fill(p, a, e.nseq);
-  dispatch(a.q.dim, a.q.dtype, [&](auto d, auto tag) {
-    launch_forward<decltype(d)::value, typename decltype(tag)::type>(p, e.max_q, stream);
+  fill(p, call, e.nseq);
+  dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
+    constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
+    using T = typename decltype(tag)::type;
+    const int splits = split_count(call, e, ForwardTraits<D, DV>::kBr, ForwardTraits<D, DV>::kBc);
+    DeviceBuffer partials(sizeof(float) * partial_count(call, splits), stream);
+    set_partials(p, call, splits, partials.get());
+    launch_forward<D, DV, T>(p, e.max_q, stream);
+    if (splits > 1) launch_combine<T>(p, e.max_q, stream);
   });
 }
 
@@ -220,17 +276,16 @@ size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic) {
 
 void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   using namespace detail;
-  reject_inference_options(a);
-  if (a.dsinks) throw Error("gpu: dsinks is not supported yet; use flashattn::cpu");
   BackwardArgs host = a;
   HostArrays arrays;
   copy_arrays(a, host, arrays, stream);
   validate(host);
   const Extents e = extents(host);
-  check_gpu(a, a.lse, e.nseq,
+  check_gpu(a, a.v.dim, true, a.lse, e.nseq,
             {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}, {a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"},
              {a.dv, "dv"}});
-  if (e.max_k_rows == 0 && e.max_q == 0) return;
+  check_device_pointer(a.dsinks, "dsinks");
+  if (e.max_k_rows == 0 && e.max_q == 0 && !a.dsinks) return;
 
   BackwardParams p;
   fill(p, a, e.nseq);
@@ -241,13 +296,14 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   if (p.dq_accum)
     check_cuda(cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * dq_accum_count(a), stream), "cudaMemsetAsync (dq_accum)");
 
-  dispatch(a.q.dim, a.q.dtype, [&](auto d, auto tag) {
-    constexpr int D = decltype(d)::value;
+  dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
+    constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;
     launch_dot<T>(p, e.max_q, stream);                 // D = rowsum(dO∘O)
-    launch_backward<D, T>(p, e.max_k_rows, stream);    // dK, dV (and dQ_accum by atomics)
+    if (p.dsinks) launch_dsinks(p, stream);            // dsinks from D and LSE
+    launch_backward<D, DV, T>(p, e.max_k_rows, stream);  // dK, dV (and dQ_accum by atomics)
     if (deterministic)
-      launch_dq<D, T>(p, e.max_q, stream);             // dQ per query block, no atomics
+      launch_dq<D, DV, T>(p, e.max_q, stream);         // dQ per query block, no atomics
     else
       launch_dq_convert<T>(p, e.max_q, stream);        // dQ = round(dQ_accum)
   });

@@ -37,16 +37,19 @@ __device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) 
   return r;
 }
 
-template <int D, class T>
-__global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
+template <int D, int DV, class T>
+__global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     backward_kernel(const BackwardParams p, const bool atomic_dq) {
-  using Tr = BackwardTraits<D>;
+  using Tr = BackwardTraits<D, DV>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
   using KL = typename Tr::KL;
+  using VL = typename Tr::VL;
   using QL = typename Tr::QL;
+  using OL = typename Tr::OL;
   using SL = typename Tr::SL;
-  constexpr int kQTiles = Br / kMmaCols;          // 8-column blocks of Sᵀ (queries)
-  constexpr int kColTiles = Tr::kCols / kMmaCols;  // 8-column blocks of this warp's dK/dV
+  constexpr int kQTiles = Br / kMmaCols;            // 8-column blocks of Sᵀ (queries)
+  constexpr int kColTiles = Tr::kCols / kMmaCols;    // 8-column blocks of this warp's dK
+  constexpr int kVColTiles = Tr::kVCols / kMmaCols;  // 8-column blocks of this warp's dV
 
   const int s = blockIdx.z, hk = blockIdx.y;
   const SeqInfo si = sequence_info(p, s);
@@ -58,24 +61,24 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + KL::kElems;
-  T* sQ = sV + KL::kElems;      // [2][Br][stride]
+  T* sQ = sV + VL::kElems;       // [2][Br][stride]
   T* sdO = sQ + 2 * QL::kElems;  // [2][Br][stride]
-  T* sdS = sdO + 2 * QL::kElems;  // [Br][Bc + pad], dS rounded to T
+  T* sdS = sdO + 2 * OL::kElems;  // [Br][Bc + pad], dS rounded to T
   float* sLse = reinterpret_cast<float*>(sdS + SL::kElems);  // [2][Br]
   float* sDot = sLse + 2 * Br;                               // [2][Br]
 
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int slab = warp / Tr::kSplit, part = warp % Tr::kSplit;
-  const int col0 = part * Tr::kCols;  // this warp's first dK/dV column
+  const int col0 = part * Tr::kCols, vcol0 = part * Tr::kVCols;  // this warp's first dK / dV column
 
   {
     const int64_t visible = m.seqlen_k - k0;
     const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
     load_tile<Bc, D>(sK, static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk), p.k.stride_seq,
                      valid, tid, Tr::kThreads);
-    load_tile<Bc, D>(sV, static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk), p.v.stride_seq,
-                     valid, tid, Tr::kThreads);
+    load_tile<Bc, DV>(sV, static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk), p.v.stride_seq,
+                      valid, tid, Tr::kThreads);
   }
 
   const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
     const int valid = static_cast<int>(m.seqlen_q - i0 < Br ? m.seqlen_q - i0 : Br);
     load_tile<Br, D>(sQ + buf * QL::kElems, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + i0, hq),
                      p.q.stride_seq, valid, tid, Tr::kThreads);
-    load_tile<Br, D>(sdO + buf * QL::kElems,
+    load_tile<Br, DV>(sdO + buf * OL::kElems,
                      static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i0, hq),
                      p.dout.stride_seq, valid, tid, Tr::kThreads);
     for (int r = tid; r < Br; r += Tr::kThreads) {  // rows past the sequence read as "no key seen"
@@ -100,7 +103,7 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
   if (steps > 0) load_q(0, 0);
   cp_async_commit();
 
-  float acc_dk[kColTiles][4] = {}, acc_dv[kColTiles][4] = {};
+  float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
   const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
 
   for (int64_t step = 0; step < steps; ++step) {
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
     const int64_t i0 = (qblocks.first + step % per_head) * Br;
     const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
     const T* tQ = sQ + buf * QL::kElems;
-    const T* tdO = sdO + buf * QL::kElems;
+    const T* tdO = sdO + buf * OL::kElems;
     const float* tLse = sLse + buf * Br;
     const float* tDot = sDot + buf * Br;
 
@@ -125,17 +128,24 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
     float acc_s[kQTiles][4] = {}, acc_dp[kQTiles][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D; kk += kMmaRows) {
-      uint32_t ak[4], av[4];
+      uint32_t ak[4];
       ldmatrix_x4(ak, sK + (slab * kMmaRows + lane % 16) * KL::kStride + kk + 8 * (lane / 16));
-      ldmatrix_x4(av, sV + (slab * kMmaRows + lane % 16) * KL::kStride + kk + 8 * (lane / 16));
 #pragma unroll
       for (int nb = 0; nb < kQTiles; nb += 2) {
-        const int brow = (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * QL::kStride + kk + 8 * ((lane / 8) % 2);
-        uint32_t bq[4], bo[4];
-        ldmatrix_x4(bq, tQ + brow);
-        ldmatrix_x4(bo, tdO + brow);
+        uint32_t bq[4];
+        ldmatrix_x4(bq, tQ + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * QL::kStride + kk + 8 * ((lane / 8) % 2));
         mma<T>(acc_s[nb], ak, bq[0], bq[1]);
         mma<T>(acc_s[nb + 1], ak, bq[2], bq[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < DV; kk += kMmaRows) {
+      uint32_t av[4];
+      ldmatrix_x4(av, sV + (slab * kMmaRows + lane % 16) * VL::kStride + kk + 8 * (lane / 16));
+#pragma unroll
+      for (int nb = 0; nb < kQTiles; nb += 2) {
+        uint32_t bo[4];
+        ldmatrix_x4(bo, tdO + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * OL::kStride + kk + 8 * ((lane / 8) % 2));
         mma<T>(acc_dp[nb], av, bo[0], bo[1]);
         mma<T>(acc_dp[nb + 1], av, bo[2], bo[3]);
       }
@@ -167,15 +177,18 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
       uint32_t ap[4], ads[4];
       pack_a<T>(ap, acc_s[2 * ks], acc_s[2 * ks + 1]);
       pack_a<T>(ads, acc_dp[2 * ks], acc_dp[2 * ks + 1]);
+      const int krow = ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2);  // the ldmatrix row of this lane
 #pragma unroll
-      for (int nd = 0; nd < kColTiles; nd += 2) {
-        const int brow =
-            (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * QL::kStride + col0 + nd * kMmaCols + 8 * (lane / 16);
-        uint32_t bo[4], bq[4];
-        ldmatrix_x4_trans(bo, tdO + brow);
-        ldmatrix_x4_trans(bq, tQ + brow);
+      for (int nd = 0; nd < kVColTiles; nd += 2) {
+        uint32_t bo[4];
+        ldmatrix_x4_trans(bo, tdO + krow * OL::kStride + vcol0 + nd * kMmaCols + 8 * (lane / 16));
         mma<T>(acc_dv[nd], ap, bo[0], bo[1]);
         mma<T>(acc_dv[nd + 1], ap, bo[2], bo[3]);
+      }
+#pragma unroll
+      for (int nd = 0; nd < kColTiles; nd += 2) {
+        uint32_t bq[4];
+        ldmatrix_x4_trans(bq, tQ + krow * QL::kStride + col0 + nd * kMmaCols + 8 * (lane / 16));
         mma<T>(acc_dk[nd], ads, bq[0], bq[1]);
         mma<T>(acc_dk[nd + 1], ads, bq[2], bq[3]);
       }
@@ -233,12 +246,13 @@ __global__ void __launch_bounds__(BackwardTraits<D>::kThreads)
     T* krow = dk + p.dk.offset(si.batch, si.k_start + key[r], hk);
     T* vrow = dv + p.dv.offset(si.batch, si.k_start + key[r], hk);
 #pragma unroll
-    for (int nd = 0; nd < kColTiles; ++nd) {
-      const int col = col0 + nd * kMmaCols + 2 * t;
-      *reinterpret_cast<uint32_t*>(krow + col) =
+    for (int nd = 0; nd < kColTiles; ++nd)
+      *reinterpret_cast<uint32_t*>(krow + col0 + nd * kMmaCols + 2 * t) =
           Elem<T>::pack(p.scale * acc_dk[nd][2 * r], p.scale * acc_dk[nd][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(vrow + col) = Elem<T>::pack(acc_dv[nd][2 * r], acc_dv[nd][2 * r + 1]);
-    }
+#pragma unroll
+    for (int nd = 0; nd < kVColTiles; ++nd)
+      *reinterpret_cast<uint32_t*>(vrow + vcol0 + nd * kMmaCols + 2 * t) =
+          Elem<T>::pack(acc_dv[nd][2 * r], acc_dv[nd][2 * r + 1]);
   }
 }
 

@@ -14,12 +14,14 @@
 
 namespace flashattn::gpu::detail {
 
-template <int D, class T>
-__global__ void __launch_bounds__(DqTraits<D>::kThreads) dq_kernel(const BackwardParams p) {
-  using Tr = DqTraits<D>;
+template <int D, int DV, class T>
+__global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const BackwardParams p) {
+  using Tr = DqTraits<D, DV>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
   using QL = TileLayout<Br, D>;
+  using OL = TileLayout<Br, DV>;
   using KL = TileLayout<Bc, D>;
+  using VL = TileLayout<Bc, DV>;
   constexpr int kNTiles = Bc / kMmaCols;
   constexpr int kDTiles = D / kMmaCols;
 
@@ -34,7 +36,7 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) dq_kernel(const Backwar
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sdO = sQ + QL::kElems;
-  T* sK = sdO + QL::kElems;      // [2][Bc][stride]
+  T* sK = sdO + OL::kElems;      // [2][Bc][stride]
   T* sV = sK + 2 * KL::kElems;   // [2][Bc][stride]
 
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
@@ -47,11 +49,11 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) dq_kernel(const Backwar
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
     load_tile<Bc, D>(sK + buf * KL::kElems, k + c0 * p.k.stride_seq, p.k.stride_seq, valid, tid, Tr::kThreads);
-    load_tile<Bc, D>(sV + buf * KL::kElems, v + c0 * p.v.stride_seq, p.v.stride_seq, valid, tid, Tr::kThreads);
+    load_tile<Bc, DV>(sV + buf * VL::kElems, v + c0 * p.v.stride_seq, p.v.stride_seq, valid, tid, Tr::kThreads);
   };
   load_tile<Br, D>(sQ, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h), p.q.stride_seq,
                    static_cast<int>(r1 - r0), tid, Tr::kThreads);
-  load_tile<Br, D>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
+  load_tile<Br, DV>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
                    p.dout.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
   if (tiles.first < tiles.last) load_kv(tiles.first, 0);
   cp_async_commit();
@@ -79,25 +81,31 @@ __global__ void __launch_bounds__(DqTraits<D>::kThreads) dq_kernel(const Backwar
     }
     __syncthreads();
     const T* tK = sK + buf * KL::kElems;
-    const T* tV = sV + buf * KL::kElems;
+    const T* tV = sV + buf * VL::kElems;
     const int64_t c0 = tile * Bc;
 
     // S = Q·Kᵀ and dP = dO·Vᵀ (this warp's 16 rows x Bc keys)
     float acc_s[kNTiles][4] = {}, acc_dp[kNTiles][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D; kk += kMmaRows) {
-      const int arow = (warp * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16);
-      uint32_t aq[4], ao[4];
-      ldmatrix_x4(aq, sQ + arow);
-      ldmatrix_x4(ao, sdO + arow);
+      uint32_t aq[4];
+      ldmatrix_x4(aq, sQ + (warp * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16));
 #pragma unroll
       for (int nb = 0; nb < kNTiles; nb += 2) {
-        const int brow = (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * KL::kStride + kk + 8 * ((lane / 8) % 2);
-        uint32_t bk[4], bv[4];
-        ldmatrix_x4(bk, tK + brow);
-        ldmatrix_x4(bv, tV + brow);
+        uint32_t bk[4];
+        ldmatrix_x4(bk, tK + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * KL::kStride + kk + 8 * ((lane / 8) % 2));
         mma<T>(acc_s[nb], aq, bk[0], bk[1]);
         mma<T>(acc_s[nb + 1], aq, bk[2], bk[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < DV; kk += kMmaRows) {
+      uint32_t ao[4];
+      ldmatrix_x4(ao, sdO + (warp * kMmaRows + lane % 16) * OL::kStride + kk + 8 * (lane / 16));
+#pragma unroll
+      for (int nb = 0; nb < kNTiles; nb += 2) {
+        uint32_t bv[4];
+        ldmatrix_x4(bv, tV + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * VL::kStride + kk + 8 * ((lane / 8) % 2));
         mma<T>(acc_dp[nb], ao, bv[0], bv[1]);
         mma<T>(acc_dp[nb + 1], ao, bv[2], bv[3]);
       }

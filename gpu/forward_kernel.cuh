@@ -1,7 +1,9 @@
-// The fused forward kernel: one CTA per (query block, query head, sequence). The Q tile stays in
-// shared memory; K/V tiles stream through a double-buffered cp.async pipeline; S = Q·Kᵀ and
-// O += P·V run on tensor cores (mma.sync m16n8k16); the online softmax lives in registers.
-// Writes O (rounded to nearest even) and LSE only.
+// The fused forward kernel: one CTA per (query block, query head, sequence) — times num_splits
+// with split-KV, each split taking a consecutive slice of the key tiles. The Q tile stays in shared
+// memory; K/V tiles (contiguous or paged) stream through a double-buffered cp.async pipeline;
+// S = Q·Kᵀ and O += P·V run on tensor cores (mma.sync m16n8k16); the online softmax lives in
+// registers and starts from the attention sink when there is one (split 0 only). Writes O (rounded
+// to nearest even) and LSE, or with split-KV the fp32 partials that the combine kernel merges.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,20 +15,28 @@
 
 namespace flashattn::gpu::detail {
 
-template <int D, class T>
-__global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
+// Returns split `split` of `num_splits` near-equal consecutive slices of tiles.
+__device__ inline TileRange split_tiles(const TileRange& tiles, int split, int num_splits) {
+  const int64_t n = tiles.last - tiles.first;
+  return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
+}
+
+template <int D, int DV, class T>
+__global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     forward_kernel(const ForwardParams p) {
-  using Tr = ForwardTraits<D>;
+  using Tr = ForwardTraits<D, DV>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
   using QL = TileLayout<Br, D>;
   using KL = TileLayout<Bc, D>;
-  constexpr int kNTiles = Bc / kMmaCols;  // 8-column blocks of S per warp
-  constexpr int kDTiles = D / kMmaCols;   // 8-column blocks of O per warp
+  using VL = TileLayout<Bc, DV>;
+  constexpr int kNTiles = Bc / kMmaCols;           // 8-column blocks of S per warp
+  constexpr int kOTiles = Tr::kOCols / kMmaCols;   // 8-column blocks of O per warp
 
   const int s = blockIdx.z, h = blockIdx.y;
+  const int split = static_cast<int>(blockIdx.x % p.num_splits);
   const SeqInfo si = sequence_info(p, s);
   const Mask& m = si.mask;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * Br;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / p.num_splits) * Br;
   if (r0 >= m.seqlen_q) return;
   const int64_t r1 = r0 + Br < m.seqlen_q ? r0 + Br : m.seqlen_q;
   const int hk = static_cast<int>(kv_head(h, p.heads_q, p.heads_k));
@@ -38,27 +48,34 @@ __global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
 
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int g = lane / 4, t = lane % 4;
+  const int slab = warp / Tr::kSplit, ocol0 = (warp % Tr::kSplit) * Tr::kOCols;  // rows and O columns
 
   const T* q = static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h);
-  const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start, hk);
-  const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start, hk);
+  const T* k = static_cast<const T*>(p.k.data);
+  const T* v = static_cast<const T*>(p.v.data);
 
-  const TileRange tiles = key_tiles<Bc>(m, r0, r1);
+  const TileRange tiles = split_tiles(key_tiles<Bc>(m, r0, r1), split, p.num_splits);
   auto load_kv = [&](int64_t tile, int buf) {
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
-    load_tile<Bc, D>(sK + buf * KL::kElems, k + c0 * p.k.stride_seq, p.k.stride_seq, valid, tid, Tr::kThreads);
-    load_tile<Bc, D>(sV + buf * KL::kElems, v + c0 * p.v.stride_seq, p.v.stride_seq, valid, tid, Tr::kThreads);
+    load_rows<Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k, valid,
+                     tid, Tr::kThreads);
+    load_rows<Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v, valid,
+                      tid, Tr::kThreads);
   };
   load_tile<Br, D>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
   if (tiles.first < tiles.last) load_kv(tiles.first, 0);
   cp_async_commit();
 
   ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
-  const int64_t row[2] = {r0 + warp * kMmaRows + g, r0 + warp * kMmaRows + g + 8};  // this thread's rows
-  float row_max[2] = {-INFINITY, -INFINITY};  // running max, log2 domain
-  float row_sum[2] = {0, 0};                  // this thread's share of the running sum
-  float acc_o[kDTiles][4] = {};
+  const int64_t row[2] = {r0 + slab * kMmaRows + g, r0 + slab * kMmaRows + g + 8};  // this thread's rows
+  // Running max (log2 domain) and this thread's share of the running sum; the sink is a key of
+  // score sinks[h] and value 0 that every row sees: it starts both (counted once per quad).
+  const bool sink = p.sinks != nullptr && split == 0;
+  const float sink2 = sink ? p.sinks[h] * kLog2e : -INFINITY;
+  float row_max[2] = {sink2, sink2};
+  float row_sum[2] = {sink && t == 0 ? 1.0f : 0.0f, sink && t == 0 ? 1.0f : 0.0f};
+  float acc_o[kOTiles][4] = {};
 
   for (int64_t tile = tiles.first; tile < tiles.last; ++tile) {
     const int buf = static_cast<int>((tile - tiles.first) & 1);
@@ -71,15 +88,15 @@ __global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
     }
     __syncthreads();
     const T* tK = sK + buf * KL::kElems;
-    const T* tV = sV + buf * KL::kElems;
+    const T* tV = sV + buf * VL::kElems;
     const int64_t c0 = tile * Bc;
 
-    // S = Q·Kᵀ (this warp's 16 rows x Bc keys)
+    // S = Q·Kᵀ (this slab's 16 rows x Bc keys)
     float acc_s[kNTiles][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D; kk += kMmaRows) {
       uint32_t a[4];
-      ldmatrix_x4(a, sQ + (warp * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16));
+      ldmatrix_x4(a, sQ + (slab * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16));
 #pragma unroll
       for (int nb = 0; nb < kNTiles; nb += 2) {
         uint32_t b[4];
@@ -113,7 +130,7 @@ __global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
       row_max[r] = new_max;
       row_sum[r] *= alpha;
 #pragma unroll
-      for (int nd = 0; nd < kDTiles; ++nd) {
+      for (int nd = 0; nd < kOTiles; ++nd) {
         acc_o[nd][2 * r] *= alpha;
         acc_o[nd][2 * r + 1] *= alpha;
       }
@@ -125,16 +142,16 @@ __global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
       }
     }
 
-    // O += P·V (P rounded to T, from registers)
+    // O += P·V (P rounded to T, from registers; this warp's O columns)
 #pragma unroll
     for (int ks = 0; ks < kNTiles / 2; ++ks) {
       uint32_t a[4];
       pack_a<T>(a, acc_s[2 * ks], acc_s[2 * ks + 1]);
 #pragma unroll
-      for (int nd = 0; nd < kDTiles; nd += 2) {
+      for (int nd = 0; nd < kOTiles; nd += 2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, tV + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * KL::kStride + nd * kMmaCols +
-                                 8 * (lane / 16));
+        ldmatrix_x4_trans(b, tV + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * VL::kStride + ocol0 +
+                                 nd * kMmaCols + 8 * (lane / 16));
         mma<T>(acc_o[nd], a, b[0], b[1]);
         mma<T>(acc_o[nd + 1], a, b[2], b[3]);
       }
@@ -144,6 +161,8 @@ __global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
   cp_async_wait<0>();  // no copy may outlive the block (only the Q copy when no tile was visited)
 
   // Epilogue: O = acc / sum (0 for rows that saw no key), LSE = ln(sum) + max (−inf for those rows).
+  // Split-KV writes both in fp32 to the partials instead.
+  const bool partials = p.num_splits > 1;
   T* out = static_cast<T*>(p.out.data);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -151,14 +170,26 @@ __global__ void __launch_bounds__(ForwardTraits<D>::kThreads)
     const bool empty = row_max[r] == -INFINITY;
     const float inv = empty ? 0.0f : 1.0f / sum;
     if (row[r] >= m.seqlen_q) continue;
+    const float lse = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
+    const int64_t li = lse_index(p, si, h, row[r]);
+    if (partials) {
+      const int64_t pi = split * p.part_rows + li;
+      float* orow = p.o_part + pi * DV + ocol0;
+#pragma unroll
+      for (int nd = 0; nd < kOTiles; ++nd) {
+        orow[nd * kMmaCols + 2 * t] = acc_o[nd][2 * r] * inv;
+        orow[nd * kMmaCols + 2 * t + 1] = acc_o[nd][2 * r + 1] * inv;
+      }
+      if (t == 0 && ocol0 == 0) p.lse_part[pi] = lse;
+      continue;
+    }
     T* orow = out + p.out.offset(si.batch, si.q_start + row[r], h);
 #pragma unroll
-    for (int nd = 0; nd < kDTiles; ++nd) {
+    for (int nd = 0; nd < kOTiles; ++nd) {
       const uint32_t packed = Elem<T>::pack(acc_o[nd][2 * r] * inv, acc_o[nd][2 * r + 1] * inv);
-      *reinterpret_cast<uint32_t*>(orow + nd * kMmaCols + 2 * t) = packed;
+      *reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t) = packed;
     }
-    if (p.lse && t == 0)
-      p.lse[lse_index(p, si, h, row[r])] = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
+    if (p.lse && t == 0 && ocol0 == 0) p.lse[li] = lse;
   }
 }
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "flashattn/args.hpp"
 #include "flashattn/problem.hpp"
+#include "append.cuh"
 #include "params.cuh"
 
 namespace flashattn::gpu::detail {
@@ -21,9 +23,11 @@ inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
   p.k = view(a.k);
   p.v = view(a.v);
   p.q_seq = a.q.seq;
-  p.k_seq = a.k.seq;
+  p.k_seq = a.block_table ? a.block_table_pages * a.k.seq : a.k.seq;  // as flashattn::sequence()
   p.heads_q = static_cast<int>(a.q.heads);
   p.heads_k = static_cast<int>(a.k.heads);
+  p.dim = static_cast<int>(a.q.dim);
+  p.dim_v = static_cast<int>(a.v.dim);
   p.num_sequences = static_cast<int>(nseq);
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
@@ -36,6 +40,10 @@ inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
   p.softcap = a.softcap;
   p.alibi_slopes = a.alibi_slopes;
   p.alibi_batch_stride = a.alibi_batch_stride;
+  p.sinks = a.sinks;
+  p.block_table = a.block_table;
+  p.block_table_stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+  p.page_size = a.block_table ? a.k.seq : 0;
 }
 
 // Fills the forward parameter block.
@@ -47,7 +55,7 @@ inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
 
 // The longest query and key-row counts over the sequences of a validated host copy.
 struct Extents {
-  int64_t nseq = 0, max_q = 0, max_k_rows = 0;
+  int64_t nseq = 0, max_q = 0, max_k_rows = 0, max_k = 0;  // max_k: visible keys (after seqlens_k)
 };
 inline Extents extents(const AttentionArgs& host) {
   Extents e;
@@ -56,6 +64,7 @@ inline Extents extents(const AttentionArgs& host) {
     const Sequence seq = sequence(host, s);
     e.max_q = std::max(e.max_q, seq.mask.seqlen_q);
     e.max_k_rows = std::max(e.max_k_rows, seq.k_rows);
+    e.max_k = std::max(e.max_k, seq.mask.seqlen_k);
   }
   return e;
 }
@@ -69,7 +78,93 @@ inline void fill(BackwardParams& p, const BackwardArgs& a, int64_t nseq) {
   p.dq = view(a.dq);
   p.dk = view(a.dk);
   p.dv = view(a.dv);
+  p.dsinks = a.dsinks;
+}
+
+// ---- KV-cache append (docs/semantics.md, "Appending to a KV cache") ------------------------------
+
+// Returns each sequence's key count after the append of a validated host call: seqlens_k[b] + Nnew.
+inline std::vector<int32_t> lengths_after_append(const ForwardArgs& host) {
+  std::vector<int32_t> r(host.seqlens_k, host.seqlens_k + host.q.batch);
+  for (int32_t& l : r) l += static_cast<int32_t>(host.append.k_new.seq);
+  return r;
+}
+
+// Returns the plain call an append call attends with (step 3): keys and values the caches, `lengths`
+// the key counts after the append (an array the kernels can read), and q the rotated queries
+// `q_rot` (contiguous [B, Nq, Hq, d]) when the call has rotary tables.
+inline ForwardArgs appended_call(const ForwardArgs& a, const int32_t* lengths, const void* q_rot) {
+  ForwardArgs r = a;
+  r.append = KvAppend{};
+  r.k = a.append.k_cache;
+  r.v = a.append.v_cache;
+  r.seqlens_k = lengths;
+  if (a.append.rotary_cos) r.q = bshd(q_rot, a.q.dtype, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
+  return r;
+}
+
+// Fills the append kernels' parameters of a validated call (pointers from `a`); q_rot: scratch for
+// the rotated queries, contiguous [B, Nq, Hq, d] (used only with rotary tables).
+inline void fill(AppendParams& p, const ForwardArgs& a, void* q_rot) {
+  const KvAppend& ap = a.append;
+  p.k_cache = view(ap.k_cache);
+  p.v_cache = view(ap.v_cache);
+  p.k_new = view(ap.k_new);
+  p.v_new = view(ap.v_new);
+  p.q = view(a.q);
+  if (ap.rotary_cos) p.q_rot = view(bshd(q_rot, a.q.dtype, a.q.batch, a.q.seq, a.q.heads, a.q.dim));
+  p.seqlens_k = a.seqlens_k;
+  p.new_rows = ap.k_new.seq;
+  p.block_table = a.block_table;
+  p.block_table_stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+  p.page_size = a.block_table ? ap.k_cache.seq : 0;
+  p.rotary_cos = ap.rotary_cos;
+  p.rotary_sin = ap.rotary_sin;
+  p.rotary_dim = static_cast<int>(ap.rotary_dim);
+  p.interleaved = ap.rotary_interleaved;
   p.dim = static_cast<int>(a.q.dim);
+  p.dim_v = static_cast<int>(ap.v_cache.dim);
+}
+
+// Returns the bytes of the rotated-query scratch of a call (0 without rotary tables).
+inline size_t rotated_q_bytes(const ForwardArgs& a) {
+  if (!a.append.rotary_cos) return 0;
+  return static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim) * dtype_size(a.q.dtype);
+}
+
+// ---- Split-KV -----------------------------------------------------------------------------------
+
+constexpr int64_t kMaxSplits = 128;
+
+// Returns the split count of a forward call whose kernel has Br-row query blocks and Bc-key tiles:
+// num_splits when given (at most one split per key tile of the longest sequence, and kMaxSplits),
+// else chosen from the shape alone: enough splits to give about 256 blocks, keeping at least 4 key
+// tiles per split.
+inline int split_count(const ForwardArgs& a, const Extents& e, int64_t br, int64_t bc) {
+  const int64_t tiles = std::max<int64_t>(1, (e.max_k + bc - 1) / bc);
+  int64_t n = a.num_splits;
+  if (n == 0) {
+    const int64_t blocks = std::max<int64_t>(1, (e.max_q + br - 1) / br * a.q.heads * e.nseq);
+    n = std::min((256 + blocks - 1) / blocks, tiles / 4);
+  }
+  return static_cast<int>(std::clamp<int64_t>(std::min(n, tiles), 1, kMaxSplits));
+}
+
+// Returns the fp32 elements of the split-KV partials of a call with `splits` splits (0 unsplit):
+// O [splits][B·Hq·Nq][dv] followed by LSE [splits][B·Hq·Nq].
+inline size_t partial_count(const AttentionArgs& a, int splits) {
+  if (splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq);
+  return static_cast<size_t>(splits) * rows * static_cast<size_t>(a.v.dim + 1);
+}
+
+// Points p at the partials in `scratch` (partial_count elements) for `splits` splits.
+inline void set_partials(ForwardParams& p, const AttentionArgs& a, int splits, float* scratch) {
+  p.num_splits = splits;
+  if (splits <= 1) return;
+  p.part_rows = a.q.batch * a.q.heads * a.q.seq;
+  p.o_part = scratch;
+  p.lse_part = scratch + static_cast<size_t>(splits) * static_cast<size_t>(p.part_rows) * static_cast<size_t>(a.v.dim);
 }
 
 // Returns the element count of the D scratch (laid out like lse) and of the fp32 dQ accumulator.

@@ -1,5 +1,5 @@
 // Definitions of the attention-kernel launchers; included only by the generated per-variant
-// translation units, each of which instantiates one (head dim, dtype, pass).
+// translation units, each of which instantiates one (head dims, dtype, pass).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,23 +30,24 @@ void launch(Kernel kernel, int64_t blocks, int heads, int sequences, int smem, c
   check_cuda(cudaGetLastError(), "kernel launch");
 }
 
-template <int D, class T>
+template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
-  using Tr = ForwardTraits<D>;
-  launch(forward_kernel<D, T>, ceil_div(max_seqlen_q, Tr::kBr), p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
+  using Tr = ForwardTraits<D, DV>;
+  launch(forward_kernel<D, DV, T>, ceil_div(max_seqlen_q, Tr::kBr) * p.num_splits, p.heads_q, p.num_sequences,
+         Tr::kSmemBytes, stream, p);
 }
 
-template <int D, class T>
+template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream) {
-  using Tr = BackwardTraits<D>;
-  launch(backward_kernel<D, T>, ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes, stream, p,
-         p.dq_accum != nullptr);
+  using Tr = BackwardTraits<D, DV>;
+  launch(backward_kernel<D, DV, T>, ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes, stream,
+         p, p.dq_accum != nullptr);
 }
 
-template <int D, class T>
+template <int D, int DV, class T>
 void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
-  using Tr = DqTraits<D>;
-  launch(dq_kernel<D, T>, ceil_div(max_seqlen_q, Tr::kBr), p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
+  using Tr = DqTraits<D, DV>;
+  launch(dq_kernel<D, DV, T>, ceil_div(max_seqlen_q, Tr::kBr), p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
 }
 
 }  // namespace flashattn::gpu::detail

@@ -1,4 +1,4 @@
-// Launchers of the templated kernels, one explicit instantiation per (head dim, dtype, pass) in the
+// Launchers of the templated kernels, one explicit instantiation per (head dims, dtype, pass) in the
 // generated translation units (see CMakeLists.txt and variants.cmake). Declarations only: including
 // this header compiles no kernel.
 #pragma once
@@ -7,21 +7,22 @@
 
 #include <cstdint>
 
+#include "append.cuh"
 #include "params.cuh"
 
 namespace flashattn::gpu::detail {
 
-// Runs the forward kernel over every (query block, query head, sequence).
-template <int D, class T>
+// Runs the forward kernel over every (query block x split, query head, sequence).
+template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
 // Runs the dK/dV kernel over every (key block, key head, sequence); when p.dq_accum is set it also
 // accumulates scale·dS·K into it with fp32 atomics.
-template <int D, class T>
+template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream);
 
 // Runs the deterministic dQ kernel over every (query block, query head, sequence); writes p.dq.
-template <int D, class T>
+template <int D, int DV, class T>
 void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
 // Computes p.dot = rowsum(dO∘O) for every row and query head (any head dim).
@@ -31,5 +32,17 @@ void launch_dot(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stre
 // Writes p.dq = p.dq_accum rounded to T for every row of every sequence (any head dim).
 template <class T>
 void launch_dq_convert(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+// Merges the split-KV partials of p into p.out (and p.lse) for every row and query head.
+template <class T>
+void launch_combine(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+// Writes p.dsinks (p.dot must hold D) for every query head.
+void launch_dsinks(const BackwardParams& p, cudaStream_t stream);
+
+// Writes the appended rows into the caches for `batch` sequences and, when p.q_rot is set, the
+// rotated queries (q_rows rows per sequence).
+template <class T>
+void launch_append(const AppendParams& p, int64_t batch, int heads_k, int heads_q, int64_t q_rows, cudaStream_t stream);
 
 }  // namespace flashattn::gpu::detail

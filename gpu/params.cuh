@@ -32,8 +32,9 @@ using ConstView = BasicView<const void*>;
 // host before launch.
 struct CommonParams {
   ConstView q, k, v;
-  int64_t q_seq = 0, k_seq = 0;  // seq sizes of the tensors (varlen: total rows)
+  int64_t q_seq = 0, k_seq = 0;  // seq sizes of the tensors (varlen: total rows; paged: pages x page size)
   int heads_q = 0, heads_k = 0;
+  int dim = 0, dim_v = 0;        // head dims of q/k and of v/out
   int num_sequences = 0;
   const int32_t* cu_seqlens_q = nullptr;  // device, [num_sequences + 1] or null
   const int32_t* cu_seqlens_k = nullptr;
@@ -45,12 +46,25 @@ struct CommonParams {
   float softcap = 0;    // 0: off
   const float* alibi_slopes = nullptr;  // device or null
   int64_t alibi_batch_stride = 0;
+  const float* sinks = nullptr;         // device [heads_q] or null
+  // Paged K/V: k and v are page pools; key j of sequence s is row j % page_size of page
+  // block_table[s * block_table_stride + j / page_size]. null: contiguous K/V.
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0, page_size = 0;
 };
 
 // The forward adds its outputs.
+// Split-KV: with num_splits > 1 every (query block, head, sequence) runs num_splits times on
+// consecutive slices of its key tiles and writes fp32 partials (O normalised by its own sum, and
+// its LSE) to o_part [num_splits][B·Hq·q_seq][dim_v] and lse_part [num_splits][B·Hq·q_seq] (rows
+// indexed like lse); the combine kernel merges them into out and lse.
 struct ForwardParams : CommonParams {
   View out;
   float* lse = nullptr;  // [B, Hq, q_seq] or null
+  int num_splits = 1;
+  int64_t part_rows = 0;  // B·Hq·q_seq: rows of one split's partials
+  float* o_part = nullptr;
+  float* lse_part = nullptr;
 };
 
 // The backward adds the forward's output and LSE and dO (inputs), the gradients and fp32 scratch.
@@ -60,7 +74,7 @@ struct BackwardParams : CommonParams {
   View dq, dk, dv;
   float* dot = nullptr;       // scratch D = rowsum(dO∘O), laid out like lse
   float* dq_accum = nullptr;  // scratch fp32 dQ [B or 1, q_seq, heads_q, dim] contiguous, or null
-  int dim = 0;
+  float* dsinks = nullptr;    // [heads_q] or null (needs sinks)
 };
 
 // One sequence as the kernels see it: the shared flashattn::Sequence.
@@ -70,6 +84,15 @@ using SeqInfo = Sequence;
 __device__ inline SeqInfo sequence_info(const CommonParams& p, int64_t s) {
   return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.causal, p.window_left,
                        p.window_right, p.diagonal_offset);
+}
+
+// Returns the element offset in `view` (k or v) of key j of sequence si, key/value head hk: row
+// si.k_start + j of batch si.batch, or through the block table when K/V are paged.
+__device__ inline int64_t key_offset(const CommonParams& p, const ConstView& view, const SeqInfo& si, int64_t j,
+                                     int hk) {
+  if (!p.block_table) return view.offset(si.batch, si.k_start + j, hk);
+  const int64_t page = p.block_table[si.index * p.block_table_stride + j / p.page_size];
+  return view.offset(page, j % p.page_size, hk);
 }
 
 // Returns the index into lse (and the D scratch) of row i of sequence `si`, query head h.

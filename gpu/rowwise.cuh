@@ -1,5 +1,6 @@
-// The backward's small row-wise kernels, for any head dim: D = rowsum(dO∘O) before the fused
-// kernel, and the rounding of the fp32 dQ accumulator to the output dtype after it.
+// The small row-wise kernels, for any head dim: the split-KV combine after the forward kernel;
+// D = rowsum(dO∘O) before the fused backward kernel, the rounding of the fp32 dQ accumulator to the
+// output dtype after it, and the sink gradients.
 #pragma once
 
 #include "params.cuh"
@@ -28,7 +29,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dot_kernel(const BackwardPar
   const T* o = static_cast<const T*>(p.out.data) + p.out.offset(si.batch, si.q_start + i, h);
   const T* d = static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i, h);
   float acc = 0;
-  for (int x = lane; x < p.dim; x += kWarpSize) acc += Elem<T>::to_float(o[x]) * Elem<T>::to_float(d[x]);
+  for (int x = lane; x < p.dim_v; x += kWarpSize) acc += Elem<T>::to_float(o[x]) * Elem<T>::to_float(d[x]);
   acc = warp_sum(acc);
   if (lane == 0) p.dot[lse_index(p, si, h, i)] = acc;
 }
@@ -44,6 +45,61 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const Back
   const float* acc = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + h) * p.dim;
   T* dq = static_cast<T*>(p.dq.data) + p.dq.offset(si.batch, si.q_start + i, h);
   for (int x = lane; x < p.dim; x += kWarpSize) dq[x] = Elem<T>::from_float(acc[x]);
+}
+
+// Split-KV combine, one warp per (row, query head): out and lse from the num_splits fp32 partials by
+// flashattn::merge's formula (docs/semantics.md), m = max LSE_s, w_s = exp(LSE_s − m),
+// O = Σ w_s·O_s / Σ w_s, LSE = m + ln Σ w_s, summed in split order; rows empty in every split get
+// O = 0 and LSE = −inf.
+template <class T>
+__global__ void __launch_bounds__(kThreadsPerBlock) combine_kernel(const ForwardParams p) {
+  const int s = blockIdx.z, h = blockIdx.y;
+  const SeqInfo si = sequence_info(p, s);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (i >= si.mask.seqlen_q) return;
+  const int64_t li = lse_index(p, si, h, i);
+  float mx = -INFINITY;
+  for (int sp = 0; sp < p.num_splits; ++sp) mx = fmaxf(mx, p.lse_part[sp * p.part_rows + li]);
+  auto weight = [&](int sp) { return mx == -INFINITY ? 0.0f : expf(p.lse_part[sp * p.part_rows + li] - mx); };
+  float wsum = 0;
+  for (int sp = 0; sp < p.num_splits; ++sp) wsum += weight(sp);
+  const float inv = wsum > 0 ? 1.0f / wsum : 0.0f;
+  T* o = static_cast<T*>(p.out.data) + p.out.offset(si.batch, si.q_start + i, h);
+  for (int x = lane; x < p.dim_v; x += kWarpSize) {
+    float acc = 0;
+    for (int sp = 0; sp < p.num_splits; ++sp) acc += weight(sp) * p.o_part[(sp * p.part_rows + li) * p.dim_v + x];
+    o[x] = Elem<T>::from_float(acc * inv);
+  }
+  if (p.lse && lane == 0) p.lse[li] = mx == -INFINITY ? -INFINITY : mx + logf(wsum);
+}
+
+// dsinks[h] = −Σ over every row i of every sequence of exp(sink_h − LSE_i)·D_i (D = p.dot, rows
+// with an infinite LSE add nothing), one block per query head: each thread sums a fixed share of
+// the rows in fp64, then thread 0 adds the shares in thread order (bitwise repeatable). Needs
+// kThreadsPerBlock doubles of dynamic shared memory.
+__global__ void __launch_bounds__(kThreadsPerBlock) dsinks_kernel(const BackwardParams p) {
+  const int h = blockIdx.x, tid = threadIdx.x;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  double* share = reinterpret_cast<double*>(smem_raw);
+  const double sink = p.sinks[h];
+  double acc = 0;
+  for (int s = 0; s < p.num_sequences; ++s) {
+    const SeqInfo si = sequence_info(p, s);
+    for (int64_t i = tid; i < si.mask.seqlen_q; i += kThreadsPerBlock) {
+      const int64_t li = lse_index(p, si, h, i);
+      const float lse = p.lse[li];
+      if (lse == INFINITY || lse == -INFINITY) continue;
+      acc -= exp(sink - static_cast<double>(lse)) * static_cast<double>(p.dot[li]);
+    }
+  }
+  share[tid] = acc;
+  __syncthreads();
+  if (tid == 0) {
+    double total = 0;
+    for (int x = 0; x < kThreadsPerBlock; ++x) total += share[x];
+    p.dsinks[h] = static_cast<float>(total);
+  }
 }
 
 }  // namespace flashattn::gpu::detail

@@ -28,18 +28,26 @@ struct TileLayout {
   static_assert(kBytes % 16 == 0, "tiles must keep 16-byte alignment");
 };
 
-// Copies rows [0, valid_rows) of a Rows x D tile whose row r starts at src + r * src_stride into
-// dst (TileLayout<Rows, D>), zero-filling rows at or past valid_rows. Every thread of the block
-// (nthreads of them) takes a share of the 16-byte chunks; the caller commits the group.
-template <int Rows, int D, class T>
-__device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int valid_rows, int tid, int nthreads) {
+// Copies rows [0, valid_rows) of a Rows x D tile, row r starting at row(r), into dst
+// (TileLayout<Rows, D>), zero-filling rows at or past valid_rows (row() is not called for them;
+// their copies name `fallback`, a readable address, and read nothing). Every thread of the block (nthreads of them) takes a share of the 16-byte chunks; the caller
+// commits the group.
+template <int Rows, int D, class T, class RowPointer>
+__device__ inline void load_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows, int tid,
+                                 int nthreads) {
   constexpr int kChunksPerRow = D / kChunkElems;
   for (int c = tid; c < Rows * kChunksPerRow; c += nthreads) {
     const int r = c / kChunksPerRow, x = (c % kChunksPerRow) * kChunkElems;
     const bool valid = r < valid_rows;
-    const T* from = valid ? src + r * src_stride + x : src;
+    const T* from = valid ? row(r) + x : fallback;
     cp_async_16(dst + r * TileLayout<Rows, D>::kStride + x, from, valid);
   }
+}
+
+// load_rows for rows src_stride elements apart from src.
+template <int Rows, int D, class T>
+__device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int valid_rows, int tid, int nthreads) {
+  load_rows<Rows, D>(dst, [&](int r) { return src + r * src_stride; }, src, valid_rows, tid, nthreads);
 }
 
 // The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping and

@@ -11,13 +11,20 @@ constexpr int kWarps = 4;  // warps per block of every attention kernel
 constexpr int kThreadsPerBlock = kWarps * kWarpSize;
 constexpr int kMaxSmemSm80 = 163 * 1024;  // largest dynamic shared memory a block may opt into on sm_80
 
-// Forward: each warp owns 16 query rows of a kBr-row block; K/V tiles of kBc keys, double-buffered.
-template <int D>
+// Forward: the block's kBr query rows form slabs of 16 rows; the kSplit warps of a slab each
+// compute the slab's S (the same values) and accumulate kOCols = DV/kSplit columns of O, which
+// bounds O to DV/kSplit registers per thread (kSplit = 1 up to dv 256; 4 for MLA's dv 512). K/V
+// tiles of kBc keys, double-buffered.
+template <int D, int DV = D>
 struct ForwardTraits {
   static constexpr int kThreads = kThreadsPerBlock;
-  static constexpr int kBr = kWarps * kMmaRows;
-  static constexpr int kBc = D <= 128 ? 64 : 32;  // d=256: O alone takes 128 registers per thread
-  static constexpr int kSmemBytes = TileLayout<kBr, D>::kBytes + 4 * TileLayout<kBc, D>::kBytes;
+  static constexpr int kSplit = DV <= 256 ? 1 : 4;
+  static constexpr int kBr = kWarps / kSplit * kMmaRows;
+  static constexpr int kOCols = DV / kSplit;
+  static_assert(kOCols % 16 == 0, "each warp's O columns must be whole ldmatrix pairs");
+  static constexpr int kBc = D <= 128 && DV <= 128 ? 64 : 32;  // d=256: O alone takes 128 registers per thread
+  static constexpr int kSmemBytes =
+      TileLayout<kBr, D>::kBytes + 2 * TileLayout<kBc, D>::kBytes + 2 * TileLayout<kBc, DV>::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "forward tiles exceed shared memory");
 };
 
@@ -25,34 +32,38 @@ struct ForwardTraits {
 // (of kBr rows) of every query head of its group. Warps form kBc/16 slabs of 16 keys; the kSplit
 // warps of a slab each accumulate D/kSplit columns of dK and dV (recomputing the slab's Sᵀ and dPᵀ),
 // which bounds the two accumulators to D/kSplit registers per thread.
-template <int D>
+template <int D, int DV = D>
 struct BackwardTraits {
   static constexpr int kThreads = kThreadsPerBlock;
-  static constexpr int kSplit = D <= 64 ? 1 : D <= 128 ? 2 : 4;
+  static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : D <= 128 && DV <= 128 ? 2 : 4;
   static constexpr int kBc = kWarps / kSplit * kMmaRows;
-  static constexpr int kBr = D <= 64 ? 64 : 32;
-  static constexpr int kCols = D / kSplit;  // dK/dV columns per warp
-  static_assert(kCols % 16 == 0, "each warp's dK/dV columns must be whole ldmatrix pairs");
+  static constexpr int kBr = D <= 64 && DV <= 64 ? 64 : 32;
+  static constexpr int kCols = D / kSplit;    // dK columns per warp
+  static constexpr int kVCols = DV / kSplit;  // dV columns per warp
+  static_assert(kCols % 16 == 0 && kVCols % 16 == 0, "each warp's dK/dV columns must be whole ldmatrix pairs");
   // The dQ step: warps form kBr/16 slabs of 16 query rows, kQSplit warps per slab split the columns.
   static constexpr int kQSlabs = kBr / kMmaRows;
   static constexpr int kQSplit = kWarps / kQSlabs;
   static constexpr int kQCols = D / kQSplit;
   static_assert(kWarps % kQSlabs == 0 && kQCols % 16 == 0, "dQ step must split evenly");
   using KL = TileLayout<kBc, D>;
+  using VL = TileLayout<kBc, DV>;
   using QL = TileLayout<kBr, D>;
+  using OL = TileLayout<kBr, DV>;   // dO
   using SL = TileLayout<kBr, kBc>;  // dS, [query][key]
-  static constexpr int kSmemBytes = 2 * KL::kBytes + 4 * QL::kBytes + 4 * kBr * 4 + SL::kBytes;
+  static constexpr int kSmemBytes = KL::kBytes + VL::kBytes + 2 * QL::kBytes + 2 * OL::kBytes + 4 * kBr * 4 + SL::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "backward tiles exceed shared memory");
 };
 
 // Deterministic dQ kernel: like the forward, a block owns kBr query rows (16 per warp) and streams
 // K/V tiles of kBc keys, double-buffered.
-template <int D>
+template <int D, int DV = D>
 struct DqTraits {
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kBr = kWarps * kMmaRows;
   static constexpr int kBc = D <= 128 ? 64 : 16;  // d=256: dQ takes 128 registers; 32 keys spilled
-  static constexpr int kSmemBytes = 2 * TileLayout<kBr, D>::kBytes + 4 * TileLayout<kBc, D>::kBytes;
+  static constexpr int kSmemBytes = TileLayout<kBr, D>::kBytes + TileLayout<kBr, DV>::kBytes +
+                                    2 * TileLayout<kBc, D>::kBytes + 2 * TileLayout<kBc, DV>::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "dq tiles exceed shared memory");
 };
 

@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "flashattn/convert.hpp"
+#include "flashattn/reference.hpp"
 #include "props/rng.hpp"
+#include "props/tolerance.hpp"
 
 namespace props {
 namespace {
@@ -47,25 +49,37 @@ std::string InferenceSpec::describe() const {
   return os.str();
 }
 
-rc::Gen<InferenceSpec> gen_inference(int append, bool f32_only) {
-  return rc::gen::exec([append, f32_only] {
+rc::Gen<InferenceSpec> gen_inference(int append, InferenceDims dims) {
+  return rc::gen::exec([append, dims] {
+    const bool gpu = dims == InferenceDims::gpu;
     InferenceSpec s;
     s.batch = *rc::gen::inRange<int64_t>(1, 4);
     s.heads_k = *rc::gen::inRange<int64_t>(1, 3);
     s.group = *rc::gen::inRange<int64_t>(1, 4);
     s.seqlen_q = *rc::gen::inRange<int64_t>(1, 5);
-    s.dim = *rc::gen::elementOf(std::vector<int64_t>{1, 2, 3, 5, 8, 12, 16, 33});
-    s.dim_v = *rc::gen::elementOf(std::vector<int64_t>{s.dim, s.dim, 1, 4, 7, 16, 40});
-    s.dtype = f32_only ? DType::f32 : *rc::gen::elementOf(std::vector<DType>{DType::f32, DType::f16, DType::bf16});
+    if (gpu) {
+      const auto pair = *rc::gen::elementOf(std::vector<std::pair<int64_t, int64_t>>{
+          {32, 32}, {64, 64}, {96, 96}, {128, 128}, {256, 256}, {192, 128}, {192, 128}, {576, 512}});
+      s.dim = pair.first;
+      s.dim_v = pair.second;
+      s.dtype = *rc::gen::elementOf(std::vector<DType>{DType::f16, DType::bf16});
+    } else {
+      s.dim = *rc::gen::elementOf(std::vector<int64_t>{1, 2, 3, 5, 8, 12, 16, 33});
+      s.dim_v = *rc::gen::elementOf(std::vector<int64_t>{s.dim, s.dim, 1, 4, 7, 16, 40});
+      s.dtype = dims == InferenceDims::f32 ? DType::f32
+                                           : *rc::gen::elementOf(std::vector<DType>{DType::f32, DType::f16, DType::bf16});
+    }
     s.causal = *rc::gen::arbitrary<bool>();
     s.softcap = *rc::gen::elementOf(std::vector<float>{0, 0, 0, 5});
     s.sinks = *rc::gen::arbitrary<bool>();
-    s.page_size = *rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 2, 3, 5, 16});
+    s.page_size = gpu ? *rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 3, 16, 64})
+                      : *rc::gen::elementOf(std::vector<int64_t>{0, 0, 1, 2, 3, 5, 16});
     s.share_prefix = s.page_size > 0 && s.batch > 1 && *rc::gen::arbitrary<bool>();
     s.append = append < 0 ? *rc::gen::arbitrary<bool>() : append == 1;
     s.new_rows = s.append ? *rc::gen::inRange<int64_t>(0, 4) : 0;
     for (int64_t b = 0; b < s.batch; ++b) {
-      int32_t l = *rc::gen::inRange<int32_t>(0, 13);
+      int32_t l = gpu ? *rc::gen::elementOf(std::vector<int32_t>{0, 1, 7, 33, 64, 65, 130, 299})
+                      : *rc::gen::inRange<int32_t>(0, 13);
       if (s.share_prefix) l = std::max<int32_t>(l, static_cast<int32_t>(s.page_size));
       s.lengths.push_back(l);
     }
@@ -295,5 +309,46 @@ std::vector<double> InferenceProblem::out_of_call() const { return to_doubles(ou
 std::vector<double> InferenceProblem::out_of_plain() const { return to_doubles(pout_, spec_.dtype); }
 std::vector<double> InferenceProblem::lse_of_call() const { return {lse_.begin(), lse_.end()}; }
 std::vector<double> InferenceProblem::lse_of_plain() const { return {plse_.begin(), plse_.end()}; }
+
+std::string check_inference_forward(InferenceProblem& p, const std::function<void(const flashattn::ForwardArgs&)>& forward) {
+  p.reset_caches();
+  const flashattn::ForwardArgs a = p.call();
+  forward(a);
+  const std::string caches = p.check_caches();
+  if (!caches.empty()) return caches;
+  flashattn::ForwardArgs judged = p.plain();  // the oracle's plain call, holding the results under test
+  judged.out = a.out;
+  judged.lse = a.lse;
+  return judge_forward(judged).first_failure();
+}
+
+InferenceBackward::InferenceBackward(InferenceProblem& p) : sinks_(p.spec().sinks) {
+  const InferenceSpec& s = p.spec();
+  flashattn::ForwardArgs f = p.plain();
+  flashattn::reference::forward(f);
+  b_ = flashattn::backward_args(f);
+  const size_t es = flashattn::dtype_size(s.dtype);
+  auto bytes = [&](const flashattn::ConstTensor& t) { return static_cast<size_t>(t.batch * t.seq * t.heads * t.dim) * es; };
+  dout_.resize(bytes(f.out));
+  dq_.resize(bytes(f.q));
+  dk_.resize(bytes(f.k));
+  dv_.resize(bytes(f.v));
+  Rng rng(s.seed + 1);
+  for (int64_t i = 0; i < static_cast<int64_t>(dout_.size() / es); ++i)
+    flashattn::store_from_float(dout_.data(), s.dtype, i, static_cast<float>(rng.normal()));
+  dsinks_.assign(static_cast<size_t>(s.heads_q()), kNaN);
+  b_.dout = flashattn::bshd(static_cast<const void*>(dout_.data()), s.dtype, f.out.batch, f.out.seq, f.out.heads, f.out.dim);
+  b_.dq = flashattn::bshd(static_cast<void*>(dq_.data()), s.dtype, f.q.batch, f.q.seq, f.q.heads, f.q.dim);
+  b_.dk = flashattn::bshd(static_cast<void*>(dk_.data()), s.dtype, f.k.batch, f.k.seq, f.k.heads, f.k.dim);
+  b_.dv = flashattn::bshd(static_cast<void*>(dv_.data()), s.dtype, f.v.batch, f.v.seq, f.v.heads, f.v.dim);
+  if (s.sinks) b_.dsinks = dsinks_.data();
+}
+
+std::string InferenceBackward::judge() const {
+  const Judgement j = judge_backward(b_);
+  if (!j.passed()) return j.first_failure();
+  if (sinks_ && j.find("dsinks") == nullptr) return "dsinks was not judged";
+  return "";
+}
 
 }  // namespace props

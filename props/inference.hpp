@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,16 @@ struct InferenceSpec {
   std::string describe() const;
 };
 
-// Generates specs; `append` -1: sometimes, 0: never, 1: always. Only f32 when `f32_only`.
-rc::Gen<InferenceSpec> gen_inference(int append = -1, bool f32_only = false);
+// Which problems gen_inference draws.
+enum class InferenceDims {
+  any,  // head dims 1..33 and dv from a small set, every dtype, caches of up to 13 rows
+  f32,  // as any, f32 only
+  gpu,  // the GPU kernels' (d, dv) pairs (32..256 with dv = d, 192/128, 576/512), f16/bf16, caches
+        // of up to 300 rows (several key tiles, so split-KV splits), page sizes up to 64
+};
+
+// Generates specs; `append` -1: sometimes, 0: never, 1: always.
+rc::Gen<InferenceSpec> gen_inference(int append = -1, InferenceDims dims = InferenceDims::any);
 
 // Owns the buffers of one problem. `call()` is the call under test (paged and/or append as the spec
 // says; out and lse poisoned with NaN); `plain()` is the equivalent plain call: contiguous k and v
@@ -75,6 +84,31 @@ class InferenceProblem {
   std::vector<float> lse_, plse_, cos_, sin_, sinks_;
   std::vector<int32_t> table_, lengths_, after_;
   int64_t pages_ = 0, stride_ = 0;
+};
+
+// Runs `forward` on p.call() (after restoring the caches) and returns "" if the caches then hold
+// exactly the documented rows (bitwise) and out and lse pass the tolerance rule against the oracle
+// on p.plain(); else the first failure.
+std::string check_inference_forward(InferenceProblem& p, const std::function<void(const flashattn::ForwardArgs&)>& forward);
+
+// The backward of a problem's plain call (its spec must have contiguous caches: page_size 0): the
+// oracle's out and lse as the forward's, a random dout, gradient buffers, and dsinks when the spec
+// has sinks.
+class InferenceBackward {
+ public:
+  explicit InferenceBackward(InferenceProblem& p);
+  InferenceBackward(const InferenceBackward&) = delete;
+  InferenceBackward& operator=(const InferenceBackward&) = delete;
+
+  const flashattn::BackwardArgs& args() const { return b_; }
+  // Returns "" if dq, dk, dv (and dsinks) as the implementation wrote them pass the tolerance rule.
+  std::string judge() const;
+
+ private:
+  bool sinks_;
+  flashattn::BackwardArgs b_;
+  std::vector<unsigned char> dout_, dq_, dk_, dv_;
+  std::vector<float> dsinks_;
 };
 
 }  // namespace props

@@ -31,10 +31,7 @@ GpuStaging::~GpuStaging() {
 }
 
 std::string GpuStaging::unsupported(const AttentionArgs& a) const {
-  std::string why = gpu::unsupported_reason(a.q.dtype, a.q.dim);
-  if (why.empty() && a.v.dim != a.q.dim)
-    why = "the GPU blocks need v.dim (" + std::to_string(a.v.dim) + ") == q.dim (" + std::to_string(a.q.dim) + ")";
-  return why;
+  return gpu::unsupported_reason(a.q.dtype, a.q.dim, a.v.dim, /*backward=*/true);
 }
 
 void* GpuStaging::stage(size_t i, const void* host, size_t bytes) {

@@ -52,16 +52,9 @@ TEST_CASE("cpu inference forward: paged, append + rotary, sinks, dv, num_splits 
     const props::InferenceSpec s = *props::gen_inference();
     props::InferenceProblem p(s);
     for (const auto& [name, c] : configs()) {
-      p.reset_caches();
-      const flashattn::ForwardArgs a = p.call();
-      flashattn::cpu::forward(a, c);
-      const std::string caches = p.check_caches();
-      if (!caches.empty()) RC_FAIL(name + ": " + caches + " | " + s.describe());
-      flashattn::ForwardArgs judged = p.plain();  // the oracle's plain call, holding cpu's results
-      judged.out = a.out;
-      judged.lse = a.lse;
-      const props::Judgement j = props::judge_forward(judged);
-      if (!j.passed()) RC_FAIL(name + ": " + j.first_failure() + " | " + s.describe());
+      const std::string failure =
+          props::check_inference_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
+      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
     }
   }, kCases);
 }
@@ -89,26 +82,11 @@ TEST_CASE("cpu inference backward: sinks (dsinks) and dv != d agree with the ora
     s.page_size = 0;  // the backward takes contiguous k, v
     s.share_prefix = false;
     props::InferenceProblem p(s);
-    flashattn::ForwardArgs f = p.plain();
-    flashattn::reference::forward(f);
-    flashattn::BackwardArgs b = flashattn::backward_args(f);
-    const size_t es = flashattn::dtype_size(s.dtype);
-    auto bytes = [&](const flashattn::ConstTensor& t) { return static_cast<size_t>(t.batch * t.seq * t.heads * t.dim) * es; };
-    std::vector<unsigned char> dout(bytes(f.out)), dq(bytes(f.q)), dk(bytes(f.k)), dv(bytes(f.v));
-    props::Rng rng(s.seed + 1);
-    for (int64_t i = 0; i < static_cast<int64_t>(dout.size() / es); ++i)
-      flashattn::store_from_float(dout.data(), s.dtype, i, static_cast<float>(rng.normal()));
-    std::vector<float> dsinks(static_cast<size_t>(s.heads_q()));
-    b.dout = flashattn::bshd(static_cast<const void*>(dout.data()), s.dtype, f.out.batch, f.out.seq, f.out.heads, f.out.dim);
-    b.dq = flashattn::bshd(static_cast<void*>(dq.data()), s.dtype, f.q.batch, f.q.seq, f.q.heads, f.q.dim);
-    b.dk = flashattn::bshd(static_cast<void*>(dk.data()), s.dtype, f.k.batch, f.k.seq, f.k.heads, f.k.dim);
-    b.dv = flashattn::bshd(static_cast<void*>(dv.data()), s.dtype, f.v.batch, f.v.seq, f.v.heads, f.v.dim);
-    if (s.sinks) b.dsinks = dsinks.data();
+    const props::InferenceBackward b(p);
     for (const auto& [name, c] : configs()) {
-      flashattn::cpu::backward(b, c);
-      const props::Judgement j = props::judge_backward(b);
-      if (!j.passed()) RC_FAIL(name + ": " + j.first_failure() + " | " + s.describe());
-      if (s.sinks) RC_ASSERT(j.find("dsinks") != nullptr);
+      flashattn::cpu::backward(b.args(), c);
+      const std::string failure = b.judge();
+      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
     }
   }, kCases);
 }

@@ -35,6 +35,7 @@
 #include "props/case.hpp"
 #include "props/check.hpp"
 #include "props/crosscheck.hpp"
+#include "props/inference.hpp"
 #include "props/registry.hpp"
 
 namespace {
@@ -185,24 +186,35 @@ struct DeviceArray {
 
 // The small arrays of a call, on the device.
 struct DeviceArrays {
-  DeviceArray<int32_t> cu_q, cu_k, seqlens_k;
-  DeviceArray<float> alibi;
+  DeviceArray<int32_t> cu_q, cu_k, seqlens_k, block_table;
+  DeviceArray<float> alibi, sinks;
   explicit DeviceArrays(const flashattn::AttentionArgs& a)
       : cu_q("cu_seqlens_q", a.cu_seqlens_q, a.cu_seqlens_q ? a.varlen_batch + 1 : 0),
         cu_k("cu_seqlens_k", a.cu_seqlens_k, a.cu_seqlens_k ? a.varlen_batch + 1 : 0),
         seqlens_k("seqlens_k", a.seqlens_k, a.seqlens_k ? flashattn::num_sequences(a) : 0),
-        alibi("alibi_slopes", a.alibi_slopes, alibi_count(a)) {}
+        block_table("block_table", a.block_table, block_table_count(a)),
+        alibi("alibi_slopes", a.alibi_slopes, alibi_count(a)),
+        sinks("sinks", a.sinks, a.sinks ? static_cast<size_t>(a.q.heads) : 0) {}
   void point(flashattn::AttentionArgs& d) const {
     d.cu_seqlens_q = cu_q.dev();
     d.cu_seqlens_k = cu_k.dev();
     d.seqlens_k = seqlens_k.dev();
+    d.block_table = block_table.dev();
     d.alibi_slopes = alibi.dev();
+    d.sinks = sinks.dev();
   }
   void finish() {
     cu_q.finish(false);
     cu_k.finish(false);
     seqlens_k.finish(false);
+    block_table.finish(false);
     alibi.finish(false);
+    sinks.finish(false);
+  }
+  static size_t block_table_count(const flashattn::AttentionArgs& a) {
+    if (!a.block_table || a.q.batch == 0) return 0;
+    const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
+    return static_cast<size_t>((a.q.batch - 1) * stride + a.block_table_pages);
   }
   static size_t alibi_count(const flashattn::AttentionArgs& a) {
     if (!a.alibi_slopes) return 0;
@@ -216,33 +228,41 @@ size_t lse_count(const flashattn::AttentionArgs& a) { return static_cast<size_t>
 
 void gpu_forward(const ForwardArgs& a) {
   flashattn::validate(a);  // host arrays: the device copy below assumes a valid call
-  DeviceTensor q("q", a.q), k("k", a.k), v("v", a.v), out("out", a.out);
-  DeviceArray<float> lse("lse", a.lse, lse_count(a));
+  const flashattn::KvAppend& ap = a.append;
+  DeviceTensor q("q", a.q), k("k", a.k), v("v", a.v), out("out", a.out), kc("append.k_cache", ap.k_cache),
+      vc("append.v_cache", ap.v_cache), kn("append.k_new", ap.k_new), vn("append.v_new", ap.v_new);
+  const size_t rotary = static_cast<size_t>(ap.rotary_positions * (ap.rotary_dim / 2));
+  DeviceArray<float> lse("lse", a.lse, lse_count(a)), cos("append.rotary_cos", ap.rotary_cos, rotary),
+      sin("append.rotary_sin", ap.rotary_sin, rotary);
   DeviceArrays arrays(a);
   ForwardArgs d = a;
   d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.lse = lse.dev();
+  d.append.k_cache = kc.dev, d.append.v_cache = vc.dev, d.append.k_new = kn.dev, d.append.v_new = vn.dev;
+  d.append.rotary_cos = cos.dev(), d.append.rotary_sin = sin.dev();
   arrays.point(d);
   flashattn::gpu::forward(d);
   cuda_ok(cudaDeviceSynchronize(), "forward");
-  q.finish(false), k.finish(false), v.finish(false), arrays.finish();
-  out.finish(true), lse.finish(true);
+  q.finish(false), k.finish(false), v.finish(false), kn.finish(false), vn.finish(false), arrays.finish();
+  cos.finish(false), sin.finish(false);
+  out.finish(true), lse.finish(true), kc.finish(true), vc.finish(true);
 }
 
 void gpu_backward(const BackwardArgs& a, bool deterministic) {
   flashattn::validate(a);
   DeviceTensor q("q", a.q), k("k", a.k), v("v", a.v), out("out", a.out), dout("dout", a.dout), dq("dq", a.dq),
       dk("dk", a.dk), dv("dv", a.dv);
-  DeviceArray<float> lse("lse", a.lse, lse_count(a));
+  DeviceArray<float> lse("lse", a.lse, lse_count(a)),
+      dsinks("dsinks", a.dsinks, a.dsinks ? static_cast<size_t>(a.q.heads) : 0);
   DeviceArrays arrays(a);
   BackwardArgs d = a;
   d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.dout = dout.dev, d.lse = lse.dev();
-  d.dq = dq.dev, d.dk = dk.dev, d.dv = dv.dev;
+  d.dq = dq.dev, d.dk = dk.dev, d.dv = dv.dev, d.dsinks = dsinks.dev();
   arrays.point(d);
   flashattn::gpu::backward(d, nullptr, deterministic);
   cuda_ok(cudaDeviceSynchronize(), "backward");
   q.finish(false), k.finish(false), v.finish(false), out.finish(false), dout.finish(false), lse.finish(false);
   arrays.finish();
-  dq.finish(true), dk.finish(true), dv.finish(true);
+  dq.finish(true), dk.finish(true), dv.finish(true), dsinks.finish(true);
 }
 
 std::string gpu_unsupported(const props::Case& c) { return flashattn::gpu::unsupported_reason(c.dtype, c.dim); }
@@ -287,6 +307,32 @@ TEST_CASE("gpu atomic-dQ backward agrees with the fp64 oracle") {
     if (!why.empty()) RC_DISCARD(why);
     const std::string e = props::crosscheck_backward(impl, c);
     if (!e.empty()) RC_FAIL(e);
+  });
+}
+
+TEST_CASE("gpu inference forward: paged, append + rotary, sinks, dv, num_splits agree with the oracle") {
+  props::check("gpu/inference-forward", [] {
+    const props::InferenceSpec s = *props::gen_inference(-1, props::InferenceDims::gpu);
+    props::InferenceProblem p(s);
+    const std::string failure = props::check_inference_forward(p, gpu_forward);
+    if (!failure.empty()) RC_FAIL(failure + " | " + s.describe());
+  });
+}
+
+TEST_CASE("gpu inference backward: sinks (dsinks) and dv != d agree with the oracle") {
+  props::check("gpu/inference-backward", [] {
+    props::InferenceSpec s = *props::gen_inference(0, props::InferenceDims::gpu);
+    RC_PRE(flashattn::gpu::unsupported_reason(s.dtype, s.dim, s.dim_v, true).empty());
+    s.page_size = 0;  // the backward takes contiguous k, v
+    s.share_prefix = false;
+    props::InferenceProblem p(s);
+    const props::InferenceBackward b(p);
+    for (const bool deterministic : {true, false}) {
+      gpu_backward(b.args(), deterministic);
+      const std::string failure = b.judge();
+      if (!failure.empty())
+        RC_FAIL(std::string(deterministic ? "deterministic: " : "atomic dQ: ") + failure + " | " + s.describe());
+    }
   });
 }
 

@@ -60,9 +60,7 @@ struct RingCase {
 class EmulatedGpuBlocks final : public flashattn::ring::BlockBackend {
  public:
   std::string unsupported(const flashattn::AttentionArgs& a) const override {
-    std::string why = flashattn::gpu_emu::unsupported(a.q.dtype, a.q.dim);
-    if (why.empty() && a.v.dim != a.q.dim) why = "v.dim != q.dim";
-    return why;
+    return flashattn::gpu_emu::unsupported(a.q.dtype, a.q.dim, a.v.dim, true);
   }
   void forward(const flashattn::ForwardArgs& b) override { flashattn::gpu_emu::forward(b); }
   void backward(const flashattn::BackwardArgs& b) override { flashattn::gpu_emu::backward(b, true); }

@@ -1,16 +1,20 @@
-// Entry points of the host emulator: the same orchestration as api.cu (validate, parameter
-// blocks, D pre-pass, dK/dV kernel with atomic dQ or the deterministic dQ kernel), with every
-// launch replaced by emu::launch over the same grids.
+// Entry points of the host emulator: the same orchestration as api.cu (validate; append kernels
+// and the plain call; forward kernel and split-KV combine; D pre-pass, dsinks, dK/dV kernel with
+// atomic dQ or the deterministic dQ kernel), with every launch replaced by emu::launch over the same
+// grids and host vectors as scratch.
 #include "emu/emu_api.hpp"
 
+#include <string>
 #include <vector>
 
+#include "append.cuh"
 #include "backward_kernel.cuh"
 #include "dq_kernel.cuh"
 #include "flashattn/validate.hpp"
 #include "forward_kernel.cuh"
 #include "host_params.hpp"
 #include "rowwise.cuh"
+#include "variants.inc"
 
 namespace flashattn::gpu_emu {
 namespace {
@@ -23,70 +27,106 @@ emu::Dim3 grid(int64_t x, int64_t y, int64_t z) {
   return emu::Dim3{static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
 }
 
-template <int D, class T>
-void run_forward(const ForwardParams& p, const Extents& e) {
-  emu::launch(forward_kernel<D, T>, grid(ceil_div(e.max_q, ForwardTraits<D>::kBr), p.heads_q, e.nseq),
-              kThreadsPerBlock, ForwardTraits<D>::kSmemBytes, p);
+template <int D, int DV, class T>
+void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
+  using Tr = ForwardTraits<D, DV>;
+  const int splits = split_count(call, e, Tr::kBr, Tr::kBc);
+  std::vector<float> partials(partial_count(call, splits));
+  set_partials(p, call, splits, partials.data());
+  emu::launch(forward_kernel<D, DV, T>, grid(ceil_div(e.max_q, Tr::kBr) * splits, p.heads_q, e.nseq), kThreadsPerBlock,
+              Tr::kSmemBytes, p);
+  if (splits > 1)
+    emu::launch(combine_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
 }
 
-template <int D, class T>
+template <int D, int DV, class T>
 void run_backward(const BackwardParams& p, const Extents& e, bool deterministic) {
+  using Tr = BackwardTraits<D, DV>;
   emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
-  emu::launch(backward_kernel<D, T>, grid(ceil_div(e.max_k_rows, BackwardTraits<D>::kBc), p.heads_k, e.nseq),
-              kThreadsPerBlock, BackwardTraits<D>::kSmemBytes, p, !deterministic);
+  if (p.dsinks) emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
+  emu::launch(backward_kernel<D, DV, T>, grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), kThreadsPerBlock,
+              Tr::kSmemBytes, p, !deterministic);
   if (deterministic)
-    emu::launch(dq_kernel<D, T>, grid(ceil_div(e.max_q, DqTraits<D>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,
-                DqTraits<D>::kSmemBytes, p);
+    emu::launch(dq_kernel<D, DV, T>, grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq),
+                kThreadsPerBlock, DqTraits<D, DV>::kSmemBytes, p);
   else
     emu::launch(dq_convert_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock,
                 0, p);
 }
 
-template <class F>
-void dispatch(int64_t d, DType t, F&& f) {
-  auto by_type = [&](auto dim) {
-    if (t == DType::f16)
-      f(dim, __half{});
-    else
-      f(dim, __nv_bfloat16{});
-  };
-  switch (d) {
-    case 32: return by_type(std::integral_constant<int, 32>{});
-    case 64: return by_type(std::integral_constant<int, 64>{});
-    case 96: return by_type(std::integral_constant<int, 96>{});
-    case 128: return by_type(std::integral_constant<int, 128>{});
-    case 256: return by_type(std::integral_constant<int, 256>{});
+template <class T>
+void run_append(const AppendParams& p, const ForwardArgs& a) {
+  if (p.new_rows > 0)
+    emu::launch(append_kv_kernel<T>, grid(p.new_rows, a.append.k_new.heads, a.q.batch), kThreadsPerBlock, 0, p);
+  if (p.q_rot.data) emu::launch(rotate_q_kernel<T>, grid(a.q.seq, a.q.heads, a.q.batch), kThreadsPerBlock, 0, p);
+}
+
+// Calls f(integral_constant<D>, integral_constant<DV>, T{}) for the variant (d, dv, dtype) of the
+// table (every supported variant; with kBackward those that have a backward).
+template <bool kBackward, class F>
+void dispatch(int64_t d, int64_t dv, DType dtype, F&& f) {
+#define FLASHATTN_X(D, DV, DT, TYPE, BWD)                                                  \
+  if constexpr (BWD || !kBackward) {                                                       \
+    if (d == D && dv == DV && dtype == DType::DT) {                                        \
+      f(std::integral_constant<int, D>{}, std::integral_constant<int, DV>{}, TYPE{});      \
+      return;                                                                              \
+    }                                                                                      \
   }
+  FLASHATTN_GPU_ALL_VARIANTS(FLASHATTN_X)
+#undef FLASHATTN_X
 }
 
 }  // namespace
 
-const char* unsupported(DType dtype, int64_t d) {
+std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward) {
   if (dtype != DType::f16 && dtype != DType::bf16) return "gpu: dtype f32 is not supported";
-  if (d != 32 && d != 64 && d != 96 && d != 128 && d != 256) return "gpu: head dim is not supported";
-  return "";
+#define FLASHATTN_X(D, DV, DT, TYPE, BWD) \
+  if (d == D && dv == DV) return BWD || !backward ? "" : "gpu: this head-dim pair has a forward kernel only";
+  FLASHATTN_GPU_ALL_VARIANTS(FLASHATTN_X)
+#undef FLASHATTN_X
+  return "gpu: head dims d = " + std::to_string(d) + ", dv = " + std::to_string(dv) + " are not supported";
 }
 
 void forward(const ForwardArgs& a) {
   validate(a);
-  const Extents e = extents(a);
-  if (e.max_q == 0 || *unsupported(a.q.dtype, a.q.dim)) return;
+  const bool append = a.append.used();
+  const int64_t dv = append ? a.append.v_cache.dim : a.v.dim;
+  if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty()) return;
+  ForwardArgs call = a;
+  std::vector<int32_t> lengths;
+  std::vector<unsigned char> q_rot;
+  if (append) {
+    lengths = lengths_after_append(a);
+    q_rot.resize(rotated_q_bytes(a));
+    AppendParams p;
+    fill(p, a, q_rot.data());
+    if (a.q.dtype == DType::f16)
+      run_append<__half>(p, a);
+    else
+      run_append<__nv_bfloat16>(p, a);
+    call = appended_call(a, lengths.data(), q_rot.data());
+  }
+  const Extents e = extents(call);
+  if (e.max_q == 0) return;
   ForwardParams p;
-  fill(p, a, e.nseq);
-  dispatch(a.q.dim, a.q.dtype, [&](auto d, auto t) { run_forward<decltype(d)::value, decltype(t)>(p, e); });
+  fill(p, call, e.nseq);
+  dispatch<false>(a.q.dim, dv, a.q.dtype, [&](auto d, auto v, auto t) {
+    run_forward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, call, e);
+  });
 }
 
 void backward(const BackwardArgs& a, bool deterministic) {
   validate(a);
   const Extents e = extents(a);
-  if ((e.max_q == 0 && e.max_k_rows == 0) || *unsupported(a.q.dtype, a.q.dim)) return;
+  if (!unsupported(a.q.dtype, a.q.dim, a.v.dim, true).empty()) return;
   BackwardParams p;
   fill(p, a, e.nseq);
   std::vector<float> dot(dot_count(a)), dq_accum(deterministic ? 0 : dq_accum_count(a), 0.0f);
   p.dot = dot.data();
   p.dq_accum = deterministic ? nullptr : dq_accum.data();
-  dispatch(a.q.dim, a.q.dtype,
-           [&](auto d, auto t) { run_backward<decltype(d)::value, decltype(t)>(p, e, deterministic); });
+  dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto v, auto t) {
+    run_backward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, e, deterministic);
+  });
 }
 
 }  // namespace flashattn::gpu_emu

@@ -8,7 +8,7 @@
 #include "props/registry.hpp"
 
 int main(int argc, char** argv) {
-  auto unsupported = [](const props::Case& c) { return std::string(flashattn::gpu_emu::unsupported(c.dtype, c.dim)); };
+  auto unsupported = [](const props::Case& c) { return flashattn::gpu_emu::unsupported(c.dtype, c.dim, c.dim, true); };
   props::add({"gpu-emulated", [](const flashattn::ForwardArgs& a) { flashattn::gpu_emu::forward(a); },
               [](const flashattn::BackwardArgs& a) { flashattn::gpu_emu::backward(a, true); }, unsupported});
   props::add({"gpu-emulated-atomic-dq", [](const flashattn::ForwardArgs& a) { flashattn::gpu_emu::forward(a); },

@@ -2,11 +2,13 @@
 // backward. All tensors and arrays are device memory; calls are asynchronous on `stream`.
 //
 // Supported: f16 and bf16 (fp32 accumulation; f32 is rejected with flashattn::Error), head dims
-// 32, 64, 96, 128 and 256 (those compiled in, see FLASHATTN_GPU_HEAD_DIMS), every mask, softcap,
-// ALiBi, seqlens_k, varlen, GQA/MQA and strided layouts whose data pointers are 16-byte aligned and
-// whose strides are multiples of 8 elements. Validation copies the small device arrays (cu_seqlens,
-// seqlens_k, alibi_slopes) to the host, which waits for `stream`; errors are thrown before any
-// kernel runs. See docs/gpu.md.
+// 32, 64, 96, 128 and 256 with dv = d, d = 192 with dv = 128, and d = 576 with dv = 512 (forward
+// only) — those compiled in, see FLASHATTN_GPU_HEAD_DIMS; every mask, softcap, ALiBi, seqlens_k,
+// varlen, GQA/MQA, sinks (and dsinks), paged K/V (any page size), the KV-cache append with rotary
+// embeddings and split-KV, and strided layouts whose data pointers are 16-byte aligned and whose
+// strides are multiples of 8 elements. Validation copies the small device arrays (cu_seqlens,
+// seqlens_k, alibi_slopes, sinks, block_table) to the host, which waits for `stream`; errors are
+// thrown before any kernel runs or anything is written. See docs/gpu.md.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +36,9 @@ void backward(const BackwardArgs& a, cudaStream_t stream = nullptr, bool determi
 // and outputs: D = rowsum(dO∘O), plus the fp32 dQ accumulator unless deterministic.
 size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic = false);
 
-// Returns why the GPU backend cannot run a call with this dtype and head dim, or "" when it can.
-std::string unsupported_reason(DType dtype, int64_t head_dim);
+// Returns why the GPU backend cannot run a call with this dtype, query/key head dim and value head
+// dim (0: equal to head_dim), forward only or (backward = true) forward and backward, or "" when it
+// can.
+std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v = 0, bool backward = false);
 
 }  // namespace flashattn::gpu
