@@ -126,30 +126,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this slab's 16 keys x Br queries)
     float acc_s[kQTiles][4] = {}, acc_dp[kQTiles][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D; kk += kMmaRows) {
-      uint32_t ak[4];
-      ldmatrix_x4(ak, sK + (slab * kMmaRows + lane % 16) * KL::kStride + kk + 8 * (lane / 16));
-#pragma unroll
-      for (int nb = 0; nb < kQTiles; nb += 2) {
-        uint32_t bq[4];
-        ldmatrix_x4(bq, tQ + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * QL::kStride + kk + 8 * ((lane / 8) % 2));
-        mma<T>(acc_s[nb], ak, bq[0], bq[1]);
-        mma<T>(acc_s[nb + 1], ak, bq[2], bq[3]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV; kk += kMmaRows) {
-      uint32_t av[4];
-      ldmatrix_x4(av, sV + (slab * kMmaRows + lane % 16) * VL::kStride + kk + 8 * (lane / 16));
-#pragma unroll
-      for (int nb = 0; nb < kQTiles; nb += 2) {
-        uint32_t bo[4];
-        ldmatrix_x4(bo, tdO + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * OL::kStride + kk + 8 * ((lane / 8) % 2));
-        mma<T>(acc_dp[nb], av, bo[0], bo[1]);
-        mma<T>(acc_dp[nb + 1], av, bo[2], bo[3]);
-      }
-    }
+    mma_abt<D, Br>(acc_s, sK + slab * kMmaRows * KL::kStride, KL::kStride, tQ, QL::kStride, lane);
+    mma_abt<DV, Br>(acc_dp, sV + slab * kMmaRows * VL::kStride, VL::kStride, tdO, OL::kStride, lane);
 
     // Pᵀ = exp(mask(transform(scale·Sᵀ)) − LSE);  dSᵀ = Pᵀ∘(dPᵀ − D)·(1 − tanh²) for soft-capping.
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};

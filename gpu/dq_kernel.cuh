@@ -86,30 +86,8 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
 
     // S = Q·Kᵀ and dP = dO·Vᵀ (this warp's 16 rows x Bc keys)
     float acc_s[kNTiles][4] = {}, acc_dp[kNTiles][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D; kk += kMmaRows) {
-      uint32_t aq[4];
-      ldmatrix_x4(aq, sQ + (warp * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16));
-#pragma unroll
-      for (int nb = 0; nb < kNTiles; nb += 2) {
-        uint32_t bk[4];
-        ldmatrix_x4(bk, tK + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * KL::kStride + kk + 8 * ((lane / 8) % 2));
-        mma<T>(acc_s[nb], aq, bk[0], bk[1]);
-        mma<T>(acc_s[nb + 1], aq, bk[2], bk[3]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV; kk += kMmaRows) {
-      uint32_t ao[4];
-      ldmatrix_x4(ao, sdO + (warp * kMmaRows + lane % 16) * OL::kStride + kk + 8 * (lane / 16));
-#pragma unroll
-      for (int nb = 0; nb < kNTiles; nb += 2) {
-        uint32_t bv[4];
-        ldmatrix_x4(bv, tV + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * VL::kStride + kk + 8 * ((lane / 8) % 2));
-        mma<T>(acc_dp[nb], ao, bv[0], bv[1]);
-        mma<T>(acc_dp[nb + 1], ao, bv[2], bv[3]);
-      }
-    }
+    mma_abt<D, Bc>(acc_s, sQ + warp * kMmaRows * QL::kStride, QL::kStride, tK, KL::kStride, lane);
+    mma_abt<DV, Bc>(acc_dp, sdO + warp * kMmaRows * OL::kStride, OL::kStride, tV, VL::kStride, lane);
 
     // P = exp(mask(transform(scale·S)) − LSE);  dS = P∘(dP − D)·(1 − tanh²) for soft-capping.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full;

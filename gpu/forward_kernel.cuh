@@ -93,18 +93,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
 
     // S = Q·Kᵀ (this slab's 16 rows x Bc keys)
     float acc_s[kNTiles][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D; kk += kMmaRows) {
-      uint32_t a[4];
-      ldmatrix_x4(a, sQ + (slab * kMmaRows + lane % 16) * QL::kStride + kk + 8 * (lane / 16));
-#pragma unroll
-      for (int nb = 0; nb < kNTiles; nb += 2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, tK + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * KL::kStride + kk + 8 * ((lane / 8) % 2));
-        mma<T>(acc_s[nb], a, b[0], b[1]);
-        mma<T>(acc_s[nb + 1], a, b[2], b[3]);
-      }
-    }
+    mma_abt<D, Bc>(acc_s, sQ + slab * kMmaRows * QL::kStride, QL::kStride, tK, KL::kStride, lane);
 
     // S ← mask(alibi(softcap(scale·S))) in the log2 domain; per-element test only on partial tiles.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full;

@@ -72,6 +72,27 @@ struct ScoreTransform {
   }
 };
 
+// acc += A·Bᵀ for one warp: A is 16 rows x K of a shared-memory tile starting at `a` (row stride
+// a_stride elements), B is N rows x K starting at `b` (row stride b_stride); acc holds the 16 x N
+// result as N/8 m16n8 C fragments. Both operands come by ldmatrix (non-transposed).
+template <int K, int N, class T>
+__device__ inline void mma_abt(float (&acc)[N / kMmaCols][4], const T* a, int a_stride, const T* b, int b_stride,
+                               int lane) {
+  static_assert(K % kMmaRows == 0 && N % (2 * kMmaCols) == 0, "whole m16n8k16 steps and ldmatrix pairs");
+#pragma unroll
+  for (int kk = 0; kk < K; kk += kMmaRows) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a + (lane % 16) * a_stride + kk + 8 * (lane / 16));
+#pragma unroll
+    for (int nb = 0; nb < N / kMmaCols; nb += 2) {
+      uint32_t bf[4];
+      ldmatrix_x4(bf, b + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * b_stride + kk + 8 * ((lane / 8) % 2));
+      mma<T>(acc[nb], af, bf[0], bf[1]);
+      mma<T>(acc[nb + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
 // Returns the maximum of x over the 4 lanes of a quad (the lanes holding one accumulator row).
 __device__ inline float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
