@@ -36,15 +36,31 @@ void rotate_row(const KvAppend& ap, int64_t position, const void* src, int64_t s
   for (int64_t e = 0; e < dim; ++e) store_from_float(dst, t, dst_off + e, x[e]);
 }
 
+std::vector<int32_t> lengths_after_append(const ForwardArgs& a) {
+  std::vector<int32_t> r(a.seqlens_k, a.seqlens_k + a.q.batch);
+  for (int32_t& l : r) l += static_cast<int32_t>(a.append.k_new.seq);
+  return r;
+}
+
+ForwardArgs appended_call(const ForwardArgs& a, const int32_t* lengths, const void* q_rot) {
+  ForwardArgs r = a;
+  r.append = KvAppend{};
+  r.k = a.append.k_cache;
+  r.v = a.append.v_cache;
+  r.seqlens_k = lengths;
+  if (a.append.rotary_cos) r.q = bshd(q_rot, a.q.dtype, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
+  return r;
+}
+
 AppendedCall apply_append(const ForwardArgs& a) {
   AppendedCall r;
   r.args = a;
   if (!a.append.used()) return r;
   const KvAppend& ap = a.append;
   const int64_t B = a.q.batch, n = ap.k_new.seq, heads = ap.k_new.heads;
-  r.args.append = KvAppend{};
-  r.args.k = ap.k_cache;
-  r.args.v = ap.v_cache;
+  r.seqlens_k = lengths_after_append(a);
+  if (ap.rotary_cos) r.q.resize(static_cast<size_t>(B * a.q.seq * a.q.heads * a.q.dim) * dtype_size(a.q.dtype));
+  r.args = appended_call(a, r.seqlens_k.data(), r.q.data());
   // 2. write the new rows: k rotated, v as given. Located as the plain call over the caches does.
   for (int64_t b = 0; b < B; ++b) {
     const Sequence seq = sequence(r.args, b);
@@ -60,20 +76,15 @@ AppendedCall apply_append(const ForwardArgs& a) {
       }
     }
   }
-  // 3. the plain call: keys = lengths after the append, queries rotated into scratch.
-  r.seqlens_k.assign(a.seqlens_k, a.seqlens_k + B);
-  for (int32_t& l : r.seqlens_k) l += static_cast<int32_t>(n);
-  r.args.seqlens_k = r.seqlens_k.data();
+  // 3. the plain call (r.args): keys = lengths after the append, queries rotated into scratch.
   if (ap.rotary_cos) {
     const int64_t nq = a.q.seq, hq = a.q.heads, d = a.q.dim;
-    r.q.resize(static_cast<size_t>(B * nq * hq * d) * dtype_size(a.q.dtype));
     const Tensor rq = bshd(static_cast<void*>(r.q.data()), a.q.dtype, B, nq, hq, d);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < nq; ++i)
         for (int64_t h = 0; h < hq; ++h)
           rotate_row(ap, int64_t{a.seqlens_k[b]} + i, a.q.data, a.q.offset(b, i, h), rq.data, rq.offset(b, i, h), d,
                      a.q.dtype);
-    r.args.q = rq;
   }
   return r;
 }

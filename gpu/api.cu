@@ -138,8 +138,7 @@ void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cud
       a.block_table_stride < kMaxSeqIndex) {  // else validate() fails on the fields before reading entries
     const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
     h.block_table = host_copy(a.block_table, nseq > 0 ? (nseq - 1) * stride + a.block_table_pages : 0, stream);
-    host.block_table = h.block_table.empty() ? nullptr : h.block_table.data();
-    if (!host.block_table) host.block_table = a.block_table;  // nothing to read: validate reads no entry
+    if (!h.block_table.empty()) host.block_table = h.block_table.data();  // else validate reads no entry
   }
   host.sinks = a.sinks ? h.sinks.data() : nullptr;
   host.cu_seqlens_q = a.cu_seqlens_q ? h.cu_q.data() : nullptr;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "flashattn/append.hpp"
 #include "flashattn/args.hpp"
 #include "flashattn/problem.hpp"
 #include "append.cuh"
@@ -82,26 +83,6 @@ inline void fill(BackwardParams& p, const BackwardArgs& a, int64_t nseq) {
 }
 
 // ---- KV-cache append (docs/semantics.md, "Appending to a KV cache") ------------------------------
-
-// Returns each sequence's key count after the append of a validated host call: seqlens_k[b] + Nnew.
-inline std::vector<int32_t> lengths_after_append(const ForwardArgs& host) {
-  std::vector<int32_t> r(host.seqlens_k, host.seqlens_k + host.q.batch);
-  for (int32_t& l : r) l += static_cast<int32_t>(host.append.k_new.seq);
-  return r;
-}
-
-// Returns the plain call an append call attends with (step 3): keys and values the caches, `lengths`
-// the key counts after the append (an array the kernels can read), and q the rotated queries
-// `q_rot` (contiguous [B, Nq, Hq, d]) when the call has rotary tables.
-inline ForwardArgs appended_call(const ForwardArgs& a, const int32_t* lengths, const void* q_rot) {
-  ForwardArgs r = a;
-  r.append = KvAppend{};
-  r.k = a.append.k_cache;
-  r.v = a.append.v_cache;
-  r.seqlens_k = lengths;
-  if (a.append.rotary_cos) r.q = bshd(q_rot, a.q.dtype, a.q.batch, a.q.seq, a.q.heads, a.q.dim);
-  return r;
-}
 
 // Fills the append kernels' parameters of a validated call (pointers from `a`); q_rot: scratch for
 // the rotated queries, contiguous [B, Nq, Hq, d] (used only with rotary tables).

@@ -18,14 +18,32 @@ __device__ inline float warp_sum(float x) {
   return x;
 }
 
+// The row a warp of a row-wise kernel owns: grid (row blocks of kRowsPerBlock, query heads,
+// sequences), one warp per row; `valid` is false for warps past the sequence's last row.
+struct WarpRow {
+  SeqInfo si;
+  int h = 0, lane = 0;
+  int64_t i = 0;
+  bool valid = false;
+};
+__device__ inline WarpRow warp_row(const CommonParams& p) {
+  WarpRow r;
+  r.si = sequence_info(p, blockIdx.z);
+  r.h = blockIdx.y;
+  r.lane = threadIdx.x % kWarpSize;
+  r.i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  r.valid = r.i < r.si.mask.seqlen_q;
+  return r;
+}
+
 // dot[row, h] = Σ_x dout[row, h, x] · out[row, h, x] in fp32, one warp per row.
 template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) dot_kernel(const BackwardParams p) {
-  const int s = blockIdx.z, h = blockIdx.y;
-  const SeqInfo si = sequence_info(p, s);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (i >= si.mask.seqlen_q) return;
+  const WarpRow w = warp_row(p);
+  if (!w.valid) return;
+  const SeqInfo& si = w.si;
+  const int h = w.h, lane = w.lane;
+  const int64_t i = w.i;
   const T* o = static_cast<const T*>(p.out.data) + p.out.offset(si.batch, si.q_start + i, h);
   const T* d = static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i, h);
   float acc = 0;
@@ -37,11 +55,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dot_kernel(const BackwardPar
 // dq[row, h, :] = dq_accum[row, h, :] rounded to T, one warp per row.
 template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const BackwardParams p) {
-  const int s = blockIdx.z, h = blockIdx.y;
-  const SeqInfo si = sequence_info(p, s);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (i >= si.mask.seqlen_q) return;
+  const WarpRow w = warp_row(p);
+  if (!w.valid) return;
+  const SeqInfo& si = w.si;
+  const int h = w.h, lane = w.lane;
+  const int64_t i = w.i;
   const float* acc = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + h) * p.dim;
   T* dq = static_cast<T*>(p.dq.data) + p.dq.offset(si.batch, si.q_start + i, h);
   for (int x = lane; x < p.dim; x += kWarpSize) dq[x] = Elem<T>::from_float(acc[x]);
@@ -53,11 +71,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const Back
 // O = 0 and LSE = −inf.
 template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) combine_kernel(const ForwardParams p) {
-  const int s = blockIdx.z, h = blockIdx.y;
-  const SeqInfo si = sequence_info(p, s);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
-  if (i >= si.mask.seqlen_q) return;
+  const WarpRow w = warp_row(p);
+  if (!w.valid) return;
+  const SeqInfo& si = w.si;
+  const int h = w.h, lane = w.lane;
+  const int64_t i = w.i;
   const int64_t li = lse_index(p, si, h, i);
   float mx = -INFINITY;
   for (int sp = 0; sp < p.num_splits; ++sp) mx = fmaxf(mx, p.lse_part[sp * p.part_rows + li]);

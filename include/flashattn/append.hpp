@@ -22,6 +22,16 @@ float rotary_second(float x0, float x1, float c, float s, DType t);
 void rotate_row(const KvAppend& ap, int64_t position, const void* src, int64_t src_off, void* dst, int64_t dst_off,
                 int64_t dim, DType t);
 
+// Returns each sequence's key count after the append of a validated call (seqlens_k read on the
+// host): seqlens_k[b] + append.k_new.seq.
+std::vector<int32_t> lengths_after_append(const ForwardArgs& a);
+
+// Returns the plain call an append call attends with (docs/semantics.md step 3): keys and values
+// the caches, append unused, seqlens_k = `lengths` (the key counts after the append) and, when the
+// call has rotary tables, q = `q_rot` (the rotated queries, contiguous [B, Nq, Hq, d]). Pointers
+// only: GPU callers pass device arrays.
+ForwardArgs appended_call(const ForwardArgs& a, const int32_t* lengths, const void* q_rot);
+
 // The plain call an append call becomes once its caches are written. Not copyable: args points into
 // the owned arrays (moving keeps them in place).
 struct AppendedCall {
