@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "flashattn/error.hpp"
+#include "flashattn/problem.hpp"
 #include "views.hpp"
 
 namespace flashattn {
@@ -115,6 +116,42 @@ void check_sinks(const AttentionArgs& a) {
     if (!std::isfinite(a.sinks[h])) fail("sinks[", h, "] (", a.sinks[h], ") must be finite");
 }
 
+// Checks the additive bias view (docs/semantics.md, "Additive bias") of a call with `nseq`
+// sequences, its sequences (cu_seqlens) already checked.
+void check_bias(const AttentionArgs& a, int64_t nseq) {
+  if (!has_bias(a)) return;
+  const ConstTensor& b = a.bias;
+  if (b.dtype != DType::f32 && b.dtype != DType::f16 && b.dtype != DType::bf16)
+    fail("bias.dtype (", static_cast<int>(b.dtype), ") is not a DType (f32, f16, bf16)");
+  const int64_t sizes[4] = {b.batch, b.seq, b.heads, b.dim};
+  const char* names[4] = {"batch", "seq", "heads", "dim"};
+  for (int i = 0; i < 4; ++i)
+    if (sizes[i] < 0 || sizes[i] >= kMaxDim) fail("bias.", names[i], " (", sizes[i], ") must be in [0, 2^31)");
+  const int64_t strides[3] = {b.stride_batch, b.stride_seq, b.stride_head};
+  const char* stride_names[3] = {"stride_batch", "stride_seq", "stride_head"};
+  for (int i = 0; i < 3; ++i)
+    if (strides[i] < 0) fail("bias.", stride_names[i], " (", strides[i], ") must not be negative");
+  if (b.batch != 1 && b.batch != nseq)
+    fail("bias.batch (", b.batch, ") must be 1 or the number of sequences (", nseq, ")");
+  if (b.heads != 1 && b.heads != a.q.heads) fail("bias.heads (", b.heads, ") must be 1 or q.heads (", a.q.heads, ")");
+  const int64_t keys = key_columns(a);
+  if (a.cu_seqlens_q) {
+    int64_t rows = 0;
+    for (int64_t s = 0; s < nseq; ++s) rows = std::max<int64_t>(rows, a.cu_seqlens_q[s + 1] - a.cu_seqlens_q[s]);
+    if (b.seq != 1 && b.seq < rows)
+      fail("bias.seq (", b.seq, ") must be 1 or at least the longest sequence's query rows (", rows, ") with varlen");
+    if (b.dim < keys) fail("bias.dim (", b.dim, ") must be at least the longest sequence's keys (", keys, ") with varlen");
+  } else {
+    if (b.seq != 1 && b.seq != a.q.seq) fail("bias.seq (", b.seq, ") must be 1 or q.seq (", a.q.seq, ")");
+    if (b.dim != keys) fail("bias.dim (", b.dim, ") must equal the keys of a sequence (", keys, ")");
+  }
+  const ConstTensor v = bias_view(a);
+  if (max_offset(v, "bias") < 0) return;  // no element: the pointer is never used
+  if (b.data == nullptr) fail("bias.data is null for a bias of ", b.batch, "x", b.seq, "x", b.heads, "x", b.dim, " elements");
+  if (reinterpret_cast<uintptr_t>(b.data) % dtype_size(b.dtype) != 0)
+    fail("bias.data (", b.data, ") is not aligned to its element size (", dtype_size(b.dtype), " bytes)");
+}
+
 // Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays). With an
 // append, seqlens_k counts the rows before it and the `appended` rows must fit too.
 void check_options(const AttentionArgs& a, int64_t appended = 0) {
@@ -160,6 +197,8 @@ void check_options(const AttentionArgs& a, int64_t appended = 0) {
   }
   check_paged(a, appended);
   check_sinks(a);
+  check_bias(a, nseq);
+  if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f)) fail("dropout_p (", a.dropout_p, ") must be in [0, 1)");
   if (a.alibi_slopes) {
     if (a.alibi_batch_stride < 0) fail("alibi_batch_stride (", a.alibi_batch_stride, ") must not be negative");
     if (a.alibi_batch_stride != 0 && a.alibi_batch_stride < a.q.heads)
@@ -188,6 +227,7 @@ std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
   std::vector<std::pair<Span, const char*>> r;
   const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
   if (a.sinks) r.push_back({span_of(a.sinks, a.q.heads * 4), "sinks"});
+  if (has_bias(a)) r.push_back({span_of(bias_view(a), "bias"), "bias"});
   if (a.seqlens_k) r.push_back({span_of(a.seqlens_k, nseq * 4), "seqlens_k"});
   if (a.block_table && a.q.batch > 0) {
     const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
@@ -266,6 +306,35 @@ void check_append(const ForwardArgs& a, const AttentionArgs& eff) {
   }
 }
 
+// Checks dbias (docs/semantics.md, "Additive bias"): needs a bias, has its sizes, a valid dtype,
+// and overlaps neither itself nor any input (`inputs`, the bias, the side arrays) or output.
+template <size_t NI, size_t NO>
+void check_dbias(const BackwardArgs& a, const std::pair<Span, const char*> (&inputs)[NI],
+                 const std::pair<const Tensor*, const char*> (&outs)[NO]) {
+  const Tensor& g = a.dbias;
+  if (!has_bias(a)) fail("dbias is set but bias is not");
+  if (g.dtype != DType::f32 && g.dtype != DType::f16 && g.dtype != DType::bf16)
+    fail("dbias.dtype (", static_cast<int>(g.dtype), ") is not a DType (f32, f16, bf16)");
+  if (g.batch != a.bias.batch || g.seq != a.bias.seq || g.heads != a.bias.heads || g.dim != a.bias.dim)
+    fail("dbias shape [", g.batch, ", ", g.seq, ", ", g.heads, ", ", g.dim, "] must equal bias shape [", a.bias.batch, ", ",
+         a.bias.seq, ", ", a.bias.heads, ", ", a.bias.dim, "]");
+  if (g.stride_batch < 0 || g.stride_seq < 0 || g.stride_head < 0) fail("dbias strides must not be negative");
+  check_no_self_overlap(g, "dbias");
+  const Span s = span_of(g, "dbias");
+  if (s.begin < s.end) {
+    if (g.data == nullptr) fail("dbias.data is null for a dbias with elements");
+    if (reinterpret_cast<uintptr_t>(g.data) % dtype_size(g.dtype) != 0)
+      fail("dbias.data (", g.data, ") is not aligned to its element size (", dtype_size(g.dtype), " bytes)");
+  }
+  for (const auto& in : inputs)
+    if (overlaps(s, in.first)) fail("dbias overlaps input ", in.second, " in memory");
+  for (const auto& in : side_arrays(a))
+    if (overlaps(s, in.first)) fail("dbias overlaps input ", in.second, " in memory");
+  for (const auto& o : outs)
+    if (overlaps(s, span_of(*o.first, o.second))) fail("dbias overlaps ", o.second, " in memory");
+  if (a.dsinks && overlaps(s, span_of(a.dsinks, a.q.heads * 4))) fail("dbias overlaps dsinks in memory");
+}
+
 }  // namespace
 
 void validate(const AttentionArgs& a) {
@@ -307,6 +376,14 @@ void validate(const ForwardArgs& a) {
     if (overlaps(lse_span, in.first)) fail("lse overlaps input ", in.second, " in memory");
   }
   if (overlaps(lse_span, out_span)) fail("lse overlaps out in memory");
+  if (a.dropout_mask) {
+    const int64_t bytes = mul_checked(lse_bytes(a) / 4, (key_columns(eff) + 7) / 8, "dropout_mask bytes");
+    const Span m = span_of(a.dropout_mask, bytes);
+    for (const auto& in : inputs)
+      if (overlaps(m, in.first)) fail("dropout_mask overlaps input ", in.second, " in memory");
+    if (overlaps(m, out_span)) fail("dropout_mask overlaps out in memory");
+    if (overlaps(m, lse_span)) fail("dropout_mask overlaps lse in memory");
+  }
 }
 
 void validate(const BackwardArgs& a) {
@@ -333,6 +410,7 @@ void validate(const BackwardArgs& a) {
     const Span s = span_of(*o.first, o.second);
     for (const auto& in : inputs)
       if (overlaps(s, in.first)) fail(o.second, " overlaps input ", in.second, " in memory");
+    if (has_bias(a) && overlaps(s, span_of(bias_view(a), "bias"))) fail(o.second, " overlaps input bias in memory");
   }
   if (a.dsinks) {
     if (reinterpret_cast<uintptr_t>(a.dsinks) % alignof(float) != 0)
@@ -349,6 +427,7 @@ void validate(const BackwardArgs& a) {
     for (int j = i + 1; j < 3; ++j)
       if (may_share_elements(*outs[i].first, outs[i].second, *outs[j].first, outs[j].second))
         fail(outs[i].second, " and ", outs[j].second, " overlap in memory");
+  if (view_set(a.dbias)) check_dbias(a, inputs, outs);
 }
 
 }  // namespace flashattn

@@ -5,6 +5,7 @@
 #include "flashattn/append.hpp"
 #include "flashattn/cpu.hpp"
 #include "flashattn/error.hpp"
+#include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
 #include "decode.h"
 #include "options.h"
@@ -35,6 +36,18 @@ detail::Plan plan_on(const AttentionArgs& a, const Config& c, bool backward, int
 
 }  // namespace
 
+namespace detail {
+// Rejects what this backend does not compute yet (bias, dropout): an error, never a silent wrong result.
+void reject_not_yet(const AttentionArgs& a) {
+  if (has_bias(a)) throw Error("cpu: an additive bias is not supported yet");
+  if (a.dropout_p != 0) throw Error("cpu: dropout is not supported yet");
+}
+void reject_not_yet(const ForwardArgs& a) {
+  reject_not_yet(static_cast<const AttentionArgs&>(a));
+  if (a.dropout_mask) throw Error("cpu: dropout_mask is not supported yet");
+}
+}  // namespace detail
+
 // The general path (docs/semantics.md, Inference): validate everything, then write the appended
 // rows into the caches (apply_append), then attend. Paged K/V and sinks run in the kernels; dv != d
 // by zero padding (options.h). num_splits is not used by this path: it computes every row unsplit,
@@ -42,6 +55,7 @@ detail::Plan plan_on(const AttentionArgs& a, const Config& c, bool backward, int
 // the thread count.
 void forward(const ForwardArgs& a, const Config& c) {
   validate(a);
+  detail::reject_not_yet(a);
   const int64_t target = choose_target(c);
   detail::check_config(c);  // a bad Config is rejected before the append writes the caches
   const AppendedCall call = apply_append(a);
@@ -62,6 +76,7 @@ void forward(const ForwardArgs& a, const Config& c) {
 
 void backward(const BackwardArgs& a, const Config& c) {
   validate(a);
+  detail::reject_not_yet(a);
   const int64_t target = choose_target(c);
   detail::backward_equal_dims(a, [&](const BackwardArgs& f) {
     detail::backward_on_target(detail::hwy_target_of(target), f, plan_on(f, c, true, target));

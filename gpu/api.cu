@@ -172,6 +172,8 @@ void check_gpu(const AttentionArgs& a, int64_t dv, bool backward, const float* l
                std::initializer_list<NamedTensor> tensors) {
   const std::string why = unsupported_reason(a.q.dtype, a.q.dim, dv, backward);
   if (!why.empty()) throw Error(why);
+  if (has_bias(a)) fail("gpu: an additive bias is not supported yet");
+  if (a.dropout_p != 0) fail("gpu: dropout is not supported yet");
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   for (const NamedTensor& t : tensors) check_gpu_layout(t.tensor, t.name);
@@ -231,6 +233,7 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   check_gpu(a, append ? ap.v_cache.dim : a.v.dim, false, a.lse, nseq,
             {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}, {ap.k_cache, "append.k_cache"},
              {ap.v_cache, "append.v_cache"}, {ap.k_new, "append.k_new"}, {ap.v_new, "append.v_new"}});
+  if (a.dropout_mask) fail("gpu: dropout_mask is not supported yet");
   check_device_pointer(ap.rotary_cos, "append.rotary_cos");
   check_device_pointer(ap.rotary_sin, "append.rotary_sin");
 

@@ -1,10 +1,13 @@
 // Whole-call oracle: walks sequences and heads, gathers each head into dense arrays, runs the
 // one-head passes, and scatters the results (see flashattn/reference.hpp).
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "flashattn/append.hpp"
 #include "flashattn/convert.hpp"
+#include "flashattn/dropout.hpp"
+#include "flashattn/philox.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
 #include "head_impl.hpp"
@@ -41,7 +44,22 @@ int64_t dense_index(const ConstTensor& t, int64_t b, int64_t s, int64_t h) {
   return ((b * t.seq + s) * t.heads + h) * t.dim;
 }
 
-Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h) {
+// Returns the bias of query head h of sequence seq as a dense [nq x nk] array (empty without bias).
+std::vector<double> gather_bias(const AttentionArgs& a, const Sequence& seq, int64_t h) {
+  if (!has_bias(a)) return {};
+  const ConstTensor b = bias_view(a);
+  const int64_t nq = seq.mask.seqlen_q, nk = seq.mask.seqlen_k;
+  std::vector<double> r(static_cast<size_t>(nq * nk));
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t base = b.offset(seq.index, i, h);
+    for (int64_t j = 0; j < nk; ++j) r[i * nk + j] = load_as_float(b.data, b.dtype, base + j);
+  }
+  return r;
+}
+
+// Returns the head problem of query head h of sequence seq; `bias` is its gather_bias array, which
+// must outlive the result.
+Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h, const std::vector<double>& bias) {
   Head hd;
   hd.nq = seq.mask.seqlen_q;
   hd.nk = seq.mask.seqlen_k;
@@ -53,6 +71,10 @@ Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h) {
   hd.softcap = a.softcap;
   hd.slope = alibi_slope(a, seq.index, h);
   hd.mask = seq.mask;
+  hd.bias = bias.empty() ? nullptr : bias.data();
+  hd.dropout_p = a.dropout_p;
+  hd.dropout_seed = a.dropout_seed;
+  hd.dropout_stream = dropout_stream(a.dropout_offset, seq.index, a.q.heads, h);
   return hd;
 }
 
@@ -77,7 +99,8 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
     for (int64_t h = 0; h < a.q.heads; ++h) {
-      const Head hd = head_of(a, seq, h);
+      const std::vector<double> bias = gather_bias(a, seq, h);
+      const Head hd = head_of(a, seq, h, bias);
       const int64_t hk = kv_head(h, a.q.heads, a.k.heads);
       const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
       const auto k = gather_keys<Acc>(a, a.k, seq, hd.nk, hk);
@@ -106,6 +129,11 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
   r.dv.assign(static_cast<size_t>(a.v.batch * a.v.seq * a.v.heads * a.v.dim), 0.0);
   if (a.sinks) r.dsinks.assign(static_cast<size_t>(a.q.heads), 0.0);
   std::vector<Acc> dsinks(static_cast<size_t>(a.q.heads), 0);  // summed over sequences in order
+  // dbias, dense with its own sizes, summed over its broadcast (size-1) dimensions in (sequence,
+  // head, row) order.
+  const Tensor& g = a.dbias;
+  const bool want_dbias = view_set(g);
+  std::vector<Acc> dbias(want_dbias ? static_cast<size_t>(g.batch * g.seq * g.heads * g.dim) : 0, 0);
   const auto rnd = rounding_for<Acc>(a, p);
   const int64_t group = a.q.heads / a.k.heads;
   for (int64_t s = 0; s < num_sequences(a); ++s) {
@@ -119,7 +147,8 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
       std::vector<Acc> dk_sum(static_cast<size_t>(nk * d), 0), dv_sum(static_cast<size_t>(nk * e), 0);
       for (int64_t t = 0; t < group; ++t) {
         const int64_t h = hk * group + rnd.at(group, t);
-        const Head hd = head_of(a, seq, h);
+        const std::vector<double> bias = gather_bias(a, seq, h);
+        const Head hd = head_of(a, seq, h, bias);
         const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
         const auto dout = gather<Acc>(a.dout, seq.batch, seq.q_start, hd.nq, h);
         std::vector<Acc> dq(static_cast<size_t>(hd.nq * d)), dk(dk_sum.size()), dv(dv_sum.size());
@@ -131,10 +160,17 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
           for (int64_t i = 0; i < hd.nq; ++i) given_lse[i] = a.lse[lse_index(a, seq, h, i)];
         }
         Acc dsink = 0;
+        std::vector<Acc> head_dbias(want_dbias ? static_cast<size_t>(hd.nq * hd.nk) : 0);
         detail::backward_head<Acc>(hd, q.data(), k.data(), v.data(), dout.data(), rnd, dq.data(), dk.data(), dv.data(),
                                    given_out.empty() ? nullptr : given_out.data(),
-                                   given_lse.empty() ? nullptr : given_lse.data(), a.sinks ? &dsink : nullptr);
+                                   given_lse.empty() ? nullptr : given_lse.data(), a.sinks ? &dsink : nullptr,
+                                   want_dbias ? head_dbias.data() : nullptr);
         dsinks[h] += dsink;
+        for (int64_t i = 0; i < hd.nq && want_dbias; ++i) {
+          const int64_t o = ((std::min(seq.index, g.batch - 1) * g.seq + std::min(i, g.seq - 1)) * g.heads +
+                             std::min(h, g.heads - 1)) * g.dim;
+          for (int64_t j = 0; j < hd.nk; ++j) dbias[o + j] += head_dbias[i * hd.nk + j];
+        }
         for (int64_t i = 0; i < hd.nq; ++i) {
           const int64_t o = dense_index(a.q, seq.batch, seq.q_start + i, h);
           for (int64_t x = 0; x < d; ++x) r.dq[o + x] = dq[i * d + x];
@@ -152,6 +188,8 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
     }
   }
   for (size_t h = 0; h < r.dsinks.size(); ++h) r.dsinks[h] = dsinks[h];  // fp32 output: not rounded to the dtype
+  r.dbias.assign(dbias.size(), 0.0);
+  for (size_t x = 0; x < dbias.size(); ++x) r.dbias[x] = rnd(dbias[x]);
   return r;
 }
 
@@ -200,6 +238,7 @@ void forward(const ForwardArgs& a_in, Precision p) {
   const ForwardArgs& a = appended.args;
   const ForwardValues r = forward_values_of_valid(a, p);
   scatter(a, r.out, a.out, q_rows);
+  write_dropout_mask(a);
   if (a.lse)
     for (int64_t s = 0; s < num_sequences(a); ++s) {
       const Sequence seq = sequence(a, s);
@@ -218,6 +257,13 @@ void backward(const BackwardArgs& a, Precision p) {
   scatter(a, r.dv, a.dv, k_rows);
   if (a.dsinks)
     for (int64_t h = 0; h < a.q.heads; ++h) a.dsinks[h] = static_cast<float>(r.dsinks[h]);
+  const Tensor& g = a.dbias;
+  for (int64_t b = 0; b < g.batch && !r.dbias.empty(); ++b)
+    for (int64_t i = 0; i < g.seq; ++i)
+      for (int64_t h = 0; h < g.heads; ++h) {
+        const int64_t o = g.offset(b, i, h), di = ((b * g.seq + i) * g.heads + h) * g.dim;
+        for (int64_t j = 0; j < g.dim; ++j) store_from_float(g.data, g.dtype, o + j, static_cast<float>(r.dbias[di + j]));
+      }
 }
 
 }  // namespace flashattn::reference

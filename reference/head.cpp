@@ -8,8 +8,8 @@ void head_forward(const Head& h, const double* q, const double* k, const double*
 }
 
 void head_backward(const Head& h, const double* q, const double* k, const double* v, const double* dout,
-                   double* dq, double* dk, double* dv, double* dsink) {
-  detail::backward_head<double>(h, q, k, v, dout, {}, dq, dk, dv, nullptr, nullptr, dsink);
+                   double* dq, double* dk, double* dv, double* dsink, double* dbias) {
+  detail::backward_head<double>(h, q, k, v, dout, {}, dq, dk, dv, nullptr, nullptr, dsink, dbias);
 }
 
 }  // namespace flashattn::reference

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flashattn/convert.hpp"
+#include "flashattn/philox.hpp"
 #include "flashattn/reference.hpp"
 
 namespace flashattn::reference::detail {
@@ -39,20 +40,42 @@ struct Rounding {
   Acc term(Acc x) const { return magnitude ? std::fabs(x) : x; }
 };
 
-// Materialised intermediates of one head: S after softcap/ALiBi/mask, P, and the capped scores
-// (before ALiBi) that the softcap derivative needs; in Precision::magnitude also the size of each
-// S_ij's terms (|scale|·Σ_x|q_ix k_jx| + |ALiBi bias_ij|).
+// Materialised intermediates of one head: S after softcap/ALiBi/bias/mask, P, the capped scores
+// (before ALiBi) that the softcap derivative needs, and with dropout the factor each P is kept with
+// (Z/(1 − p): 0 or 1/(1 − p); 1 without dropout) and the dropped P̃ = P·Z/(1 − p) (= P without
+// dropout); in Precision::magnitude also the size of each S_ij's terms (|scale|·Σ_x|q_ix k_jx| +
+// |ALiBi bias_ij| + |bias_ij|).
 template <class Acc>
 struct HeadTiles {
   std::vector<Acc> s, capped, p, terms;  // [nq x nk] each (terms: magnitude only)
+  std::vector<Acc> keep, pd;             // [nq x nk]: Z/(1 − p) and P̃ (apply_dropout)
 };
 
-// Passes 1-5: S = scale·Q Kᵀ, softcap, ALiBi, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij)
+// Pass 7, dropout: keep_ij = Z_ij/(1 − p) (flashattn/philox.hpp's decision for row i, key j of the
+// head's stream) and P̃ = P·keep, rounded like every naive intermediate; without dropout keep = 1
+// and P̃ = P exactly.
+template <class Acc>
+void apply_dropout(const Head& h, Rounding<Acc> rnd, HeadTiles<Acc>& t) {
+  const int64_t nq = h.nq, nk = h.nk;
+  t.keep.assign(nq * nk, Acc(1));
+  t.pd = t.p;
+  if (!(h.dropout_p > 0)) return;
+  const uint32_t threshold = dropout_threshold(h.dropout_p);
+  const Acc kept = rnd(static_cast<Acc>(1.0 / (1.0 - static_cast<double>(h.dropout_p))));
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < nk; ++j) {
+      const bool z = dropout_keep(h.dropout_seed, h.dropout_stream, i, j, threshold);
+      t.keep[i * nk + j] = z ? kept : Acc(0);
+      t.pd[i * nk + j] = z ? rnd(t.p[i * nk + j] * kept) : Acc(0);
+    }
+}
+
+// Passes 1-6: S = scale·Q Kᵀ, softcap, ALiBi, bias, mask, P = softmax(S); lse[i] = log Σ_j exp(S_ij)
 // (+ exp(sink) with a sink: one more term of the denominator, no value; a row that sees no key then
 // has lse = sink and P = 0).
 // In Precision::magnitude lse[i] is instead the size of the terms LSE rounds at: the larger of
-// |lse_i| and Σ_j P_ij (|scale|·Σ_x |q_ix k_jx| + |ALiBi bias_ij|) (δLSE = Σ_j P_ij δS_ij, and each
-// S_ij is a sum of those terms).
+// |lse_i| and Σ_j P_ij (|scale|·Σ_x |q_ix k_jx| + |ALiBi bias_ij| + |bias_ij|) (δLSE = Σ_j P_ij δS_ij,
+// and each S_ij is a sum of those terms; a −∞ bias adds no term: its P is 0).
 template <class Acc>
 void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> rnd, HeadTiles<Acc>& t, Acc* lse) {
   const int64_t nq = h.nq, nk = h.nk, d = h.d;
@@ -77,16 +100,19 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
         Acc a = 0;
         for (int64_t x = 0; x < d; ++x) a += std::fabs(scale * q[i * d + x] * k[j * d + x]);
         t.terms[i * nk + j] = a + std::fabs(slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
+        if (h.bias && std::isfinite(h.bias[i * nk + j])) t.terms[i * nk + j] += std::fabs(static_cast<Acc>(h.bias[i * nk + j]));
       }
       // 2. soft-capping: S = c · tanh(S / c)
       if (cap > 0) s = rnd(cap * rnd(std::tanh(rnd(s / cap))));
       t.capped[i * nk + j] = s;
       // 3. ALiBi: S -= slope · |i + Nk − Nq − j|
       if (slope != 0) s = rnd(s - slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
-      // 4. mask: invisible keys are −∞
+      // 4. additive bias (its own dtype, exact in Acc); −∞ hides the key
+      if (h.bias) s = rnd(s + static_cast<Acc>(h.bias[i * nk + j]));
+      // 5. mask: invisible keys are −∞
       t.s[i * nk + j] = h.mask.visible(i, j) ? s : kNegInf;
     }
-    // 5. P = softmax(S) per row; a row with no visible key keeps P = 0 and LSE = −∞.
+    // 6. P = softmax(S) per row; a row with no visible key keeps P = 0 and LSE = −∞.
     // The row max propagates NaN (std::fmax would drop it): a NaN score makes the whole row NaN
     // rather than a plausible finite or empty-row result.
     Acc m = kNegInf;
@@ -113,7 +139,7 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
   }
 }
 
-// Pass 6: O = P V (the sink has no value: it adds nothing here).
+// Pass 8: O = P̃ V (the sink has no value: it adds nothing here).
 template <class Acc>
 void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> rnd, Acc* out) {
   const int64_t dv = h.vdim();
@@ -122,16 +148,17 @@ void output(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Rounding<Acc> 
       Acc o = 0;
       for (int64_t u = 0; u < h.nk; ++u) {
         const int64_t j = rnd.at(h.nk, u);
-        o += rnd.term(t.p[i * h.nk + j] * v[j * dv + x]);
+        o += rnd.term(t.pd[i * h.nk + j] * v[j * dv + x]);
       }
       out[i * dv + x] = rnd(o);
     }
 }
 
-// Precision::magnitude's score_terms [nq x dv]: Σ_j P_ij·T_ij·|v_jx − O_ix|, with T_ij the size of
-// S_ij's terms and O the exact output. Since ∂O_ix/∂S_ij = P_ij (v_jx − O_ix), it is the effect on
-// out of one rounding of every score at the size of its terms (in units of that rounding): what
-// any implementation that sums S in a finite precision carries into out.
+// Precision::magnitude's score_terms [nq x dv]: Σ_j P_ij·T_ij·|keep_ij·v_jx − O_ix|, with T_ij the
+// size of S_ij's terms and O the exact output. Since ∂O_ix/∂S_ij = P_ij (keep_ij·v_jx − O_ix)
+// (keep = Z/(1 − p), 1 without dropout), it is the effect on out of one rounding of every score at
+// the size of its terms (in units of that rounding): what any implementation that sums S in a
+// finite precision carries into out.
 template <class Acc>
 void score_rounding_effect(const Head& h, const HeadTiles<Acc>& t, const Acc* v, Acc* score_terms) {
   Rounding<Acc> exact;
@@ -142,7 +169,8 @@ void score_rounding_effect(const Head& h, const HeadTiles<Acc>& t, const Acc* v,
     for (int64_t x = 0; x < e; ++x) {
       Acc sum = 0;
       for (int64_t j = 0; j < h.nk; ++j)
-        if (t.p[i * h.nk + j] != 0) sum += t.p[i * h.nk + j] * t.terms[i * h.nk + j] * std::fabs(v[j * e + x] - o[i * e + x]);
+        if (t.p[i * h.nk + j] != 0)
+          sum += t.p[i * h.nk + j] * t.terms[i * h.nk + j] * std::fabs(t.keep[i * h.nk + j] * v[j * e + x] - o[i * e + x]);
       score_terms[i * e + x] = sum;
     }
 }
@@ -153,6 +181,7 @@ void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Round
                   Acc* score_terms = nullptr) {
   HeadTiles<Acc> t;
   scores_and_probs(h, q, k, rnd, t, lse);
+  apply_dropout(h, rnd, t);
   output(h, t, v, rnd, out);
   if (score_terms && rnd.magnitude) score_rounding_effect(h, t, v, score_terms);
 }
@@ -164,10 +193,12 @@ void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Round
 // P = exp(S − lse_given) (not renormalised; lse = −∞: the row sees no key) instead of the softmax.
 // In fp64 that is the exact gradient of the documented formulas applied to the inputs as given:
 // what any implementation that takes out and lse as given computes before its own rounding.
+// dbias (optional, [nq x nk]) receives d loss / d biased score = P∘(dP − D), before the softcap
+// derivative.
 template <class Acc>
 void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, const Acc* dout, Rounding<Acc> rnd,
                    Acc* dq, Acc* dk, Acc* dv, const Acc* given_out = nullptr, const Acc* given_lse = nullptr,
-                   Acc* dsink = nullptr) {
+                   Acc* dsink = nullptr, Acc* dbias = nullptr) {
   const int64_t nq = h.nq, nk = h.nk, d = h.d, e = h.vdim();  // e: the value head dim
   HeadTiles<Acc> t;
   std::vector<Acc> lse(nq), out(nq * e), delta(nq), ds(nq * nk);
@@ -180,6 +211,7 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
                               ? Acc(0)
                               : rnd(std::exp(s - given_lse[i]));
       }
+  apply_dropout(h, rnd, t);
   if (given_out)
     std::copy(given_out, given_out + nq * e, out.begin());
   else
@@ -201,25 +233,29 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
     }
     *dsink = s;
   }
-  // 2. dV = Pᵀ dO
+  // 2. dV = P̃ᵀ dO
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < e; ++x) {
       Acc s = 0;
-      for (int64_t u = 0; u < nq; ++u) s += rnd.term(t.p[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * e + x]);
+      for (int64_t u = 0; u < nq; ++u) s += rnd.term(t.pd[rnd.at(nq, u) * nk + j] * dout[rnd.at(nq, u) * e + x]);
       dv[j * e + x] = rnd(s);
     }
-  // 3. dP = dO Vᵀ, 4. dS = P ∘ (dP − D), times the softcap derivative 1 − tanh² = 1 − (capped/c)².
+  // 3. dP = (dO Vᵀ)∘keep, 4. dS = P ∘ (dP − D) (the bias's gradient), times the softcap derivative
+  // 1 − tanh² = 1 − (capped/c)².
   const Acc cap = static_cast<Acc>(h.softcap);
   for (int64_t i = 0; i < nq; ++i)
     for (int64_t j = 0; j < nk; ++j) {
       const Acc p = t.p[i * nk + j];
       if (p == 0) {
         ds[i * nk + j] = 0;
+        if (dbias) dbias[i * nk + j] = 0;
         continue;
       }
       Acc dp = 0;
       for (int64_t u = 0; u < e; ++u) dp += rnd.term(dout[i * e + rnd.at(e, u)] * v[j * e + rnd.at(e, u)]);
-      Acc g = rnd.magnitude ? p * (dp + delta[i]) : rnd(p * (rnd(dp) - delta[i]));
+      const Acc keep = t.keep[i * nk + j];
+      Acc g = rnd.magnitude ? p * (dp * keep + delta[i]) : rnd(p * (rnd(rnd(dp) * keep) - delta[i]));
+      if (dbias) dbias[i * nk + j] = g;
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;
         // Precision::magnitude: 1 − t² + 2t², the derivative plus what one rounding of t moves it

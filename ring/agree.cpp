@@ -48,6 +48,8 @@ void check_supported(const AttentionArgs& a) {
   if (a.seqlens_k) throw Error("seqlens_k is not supported by ring attention (shard only the valid keys)");
   if (a.cu_seqlens_q || a.cu_seqlens_k) throw Error("varlen (cu_seqlens_q/k) is not supported by ring attention");
   if (a.block_table) throw Error("paged K/V (block_table) is not supported by ring attention");
+  if (has_bias(a)) throw Error("an additive bias is not supported by ring attention (yet)");
+  if (a.dropout_p != 0) throw Error("dropout is not supported by ring attention (yet)");
 }
 
 void check_backend(const AttentionArgs& a, const Options& o) {
@@ -144,6 +146,7 @@ Agreed agree(const ForwardArgs& a, Transport& t, const Options& o) {
         check_supported(a);
         check_backend(a, o);
         if (a.append.used()) throw Error("the KV-cache append is not supported by ring attention");
+        if (a.dropout_mask) throw Error("dropout (dropout_mask) is not supported by ring attention (yet)");
       },
       [&] { return describe(a, 1, false, o); }, t);
 }

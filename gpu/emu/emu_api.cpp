@@ -10,6 +10,8 @@
 #include "append.cuh"
 #include "backward_kernel.cuh"
 #include "dq_kernel.cuh"
+#include "flashattn/error.hpp"
+#include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
 #include "forward_kernel.cuh"
 #include "host_params.hpp"
@@ -87,8 +89,15 @@ std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward) {
   return "gpu: head dims d = " + std::to_string(d) + ", dv = " + std::to_string(dv) + " are not supported";
 }
 
+// Rejects what the kernels do not compute yet (bias, dropout), as api.cu's check_gpu does.
+static void reject_not_yet(const AttentionArgs& a, bool mask) {
+  if (has_bias(a)) throw Error("gpu: an additive bias is not supported yet");
+  if (a.dropout_p != 0 || mask) throw Error("gpu: dropout is not supported yet");
+}
+
 void forward(const ForwardArgs& a) {
   validate(a);
+  reject_not_yet(a, a.dropout_mask != nullptr);
   const bool append = a.append.used();
   const int64_t dv = append ? a.append.v_cache.dim : a.v.dim;
   if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty()) return;
@@ -117,6 +126,7 @@ void forward(const ForwardArgs& a) {
 
 void backward(const BackwardArgs& a, bool deterministic) {
   validate(a);
+  reject_not_yet(a, false);
   const Extents e = extents(a);
   if (!unsupported(a.q.dtype, a.q.dim, a.v.dim, true).empty()) return;
   BackwardParams p;

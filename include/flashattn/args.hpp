@@ -2,7 +2,7 @@
 //
 // AttentionArgs holds what both passes share: the input views q, k, v and every option that
 // defines the computation (scale, masks, soft-capping, ALiBi, key lengths, varlen, attention sinks,
-// paged K/V). ForwardArgs adds the forward's outputs and the forward-only inference options (KV-cache
+// paged K/V, additive bias, dropout). ForwardArgs adds the forward's outputs and the forward-only inference options (KV-cache
 // append with rotary embeddings, split-KV); BackwardArgs adds the backward's inputs (the forward's
 // out and lse, dout) and its outputs. Inputs are read-only views (ConstTensor, const pointers): a const buffer needs
 // no cast; outputs are writable (Tensor, float*). docs/semantics.md is the full contract.
@@ -16,7 +16,7 @@
 namespace flashattn {
 
 // The inputs and options of an attention call, common to the forward and the backward pass:
-// out = softmax(mask(alibi(softcap(scale * q kᵀ)))) v.
+// out = dropout(softmax(mask(bias + alibi(softcap(scale * q kᵀ))))) v.
 struct AttentionArgs {
   ConstTensor q;  // [B, Nq, Hq, d]
   ConstTensor k;  // [B, Nk, Hk, d], Hq % Hk == 0 (MQA/GQA: query head h reads key head h / (Hq/Hk))
@@ -63,6 +63,23 @@ struct AttentionArgs {
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
   int64_t block_table_pages = 0;  // columns of the block table (max pages per sequence)
+
+  // Additive bias (docs/semantics.md, "Additive bias"): element (s, i, h, j) of this view is added
+  // to the score of query row i of head h of sequence s for key j, after ALiBi and before the mask
+  // (−∞ hides the key). The view's [batch, seq, heads, dim] are [S, Nq, Hq, Nk]: a contiguous
+  // [B, Hq, Nq, Nk] buffer is bhsd(ptr, dtype, B, Nq, Hq, Nk). batch, seq and heads may be 1
+  // (broadcast), any stride may be 0; dim is key_columns(args). Its own dtype (f32, f16, bf16).
+  // Left empty (the default view): no bias.
+  ConstTensor bias;
+
+  // Dropout on P (docs/semantics.md, "Dropout"): P_ij is kept with probability 1 − p by a
+  // Philox4x32-10 decision keyed by dropout_seed on stream dropout_offset + s·Hq + h
+  // (flashattn/philox.hpp), and kept values are scaled by 1/(1 − p); LSE is the undropped one.
+  // p in [0, 1); 0: off (bitwise the call without dropout). A call uses S·Hq streams: the next call
+  // gets dropout_offset + S·Hq for an independent mask.
+  float dropout_p = 0;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
 };
 
 // New K/V rows appended to a KV cache by the forward call that attends over them (as
@@ -109,6 +126,12 @@ struct ForwardArgs : AttentionArgs {
   // threads); 1: unsplit. A performance knob: every value agrees with the unsplit result within the
   // tolerance rule.
   int64_t num_splits = 0;
+
+  // Optional output: the dropout keep decisions Z as bits (docs/semantics.md, "Keep mask"):
+  // lse_count x dropout_mask_row_bytes(args) bytes, row i of head h of sequence s at
+  // lse_index(s, h, i) · row bytes, bit j % 8 of byte j / 8 = Z_ij for keys below the sequence's
+  // count, 0 past it. Written whenever set (p = 0: all ones).
+  uint8_t* dropout_mask = nullptr;
 };
 
 // Arguments of one backward call: reads the forward's out and lse, and dout; writes dq, dk, dv
@@ -122,11 +145,14 @@ struct BackwardArgs : AttentionArgs {
   Tensor dv;                   // [B, Nk, Hk, dv]; written
   float* dsinks = nullptr;     // optional (needs sinks): fp32 [Hq], d loss / d sinks[h], summed over
                                // every row of every sequence; written when set
+  Tensor dbias;                // optional (needs bias): d loss / d bias with bias's sizes (any of the
+                               // three dtypes), summed over the dimensions where bias has size 1;
+                               // every element written (0 where nothing reads it). Empty: not computed
 };
 
 // Returns backward arguments with the inputs and options of `forward` and its out and lse as the
-// backward's inputs; dout, dq, dk, dv and dsinks are left for the caller to set. The forward-only
-// options (append, num_splits) are not part of a backward call.
+// backward's inputs; dout, dq, dk, dv, dsinks and dbias are left for the caller to set. The
+// forward-only options (append, num_splits, dropout_mask) are not part of a backward call.
 inline BackwardArgs backward_args(const ForwardArgs& forward) {
   BackwardArgs b;
   static_cast<AttentionArgs&>(b) = forward;

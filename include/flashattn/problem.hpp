@@ -115,6 +115,51 @@ inline void add_sink_gradients(const BackwardArgs& a, double* sums) {
   }
 }
 
+// Returns whether any field of an optional view is set (an unset view is the default one).
+inline bool view_set(const ConstTensor& t) {
+  return t.data || t.batch || t.seq || t.heads || t.dim || t.stride_batch || t.stride_seq || t.stride_head;
+}
+
+// Returns whether the call has an additive bias.
+inline bool has_bias(const AttentionArgs& a) { return view_set(a.bias); }
+
+// Returns the keys one sequence of the call can hold before seqlens_k (the bias's dim and the
+// keep mask's bits per row): block_table_pages · page size with paged K/V, the longest sequence's
+// key rows with varlen (cu_seqlens_k read on the host), else k.seq. Call it on the call that
+// attends: key_columns(const ForwardArgs&) below handles an append.
+inline int64_t key_columns(const AttentionArgs& a) {
+  if (a.block_table) return a.block_table_pages * a.k.seq;
+  if (!a.cu_seqlens_k) return a.k.seq;
+  int64_t m = 0;
+  for (int64_t s = 0; s < a.varlen_batch; ++s) {
+    const int64_t n = int64_t{a.cu_seqlens_k[s + 1]} - a.cu_seqlens_k[s];
+    m = n > m ? n : m;
+  }
+  return m;
+}
+inline int64_t key_columns(const ForwardArgs& a) {
+  if (!a.append.used()) return key_columns(static_cast<const AttentionArgs&>(a));
+  AttentionArgs eff = a;
+  eff.k = a.append.k_cache;
+  return key_columns(eff);
+}
+
+// Returns the bias view with stride 0 in every broadcast (size-1) dimension, so that element
+// (s, i, h, j) is at offset(s, i, h) + j for any sequence s, row i, query head h of the call.
+inline ConstTensor bias_view(const AttentionArgs& a) {
+  ConstTensor b = a.bias;
+  if (b.batch == 1) b.stride_batch = 0;
+  if (b.seq == 1) b.stride_seq = 0;
+  if (b.heads == 1) b.stride_head = 0;
+  return b;
+}
+
+// Returns the number of LSE entries (and keep-mask rows): B·Hq·Nq of q's view.
+inline int64_t lse_count(const AttentionArgs& a) { return a.q.batch * a.q.heads * a.q.seq; }
+
+// Returns the bytes of one row of the dropout keep mask: ⌈key_columns / 8⌉.
+inline int64_t dropout_mask_row_bytes(const ForwardArgs& a) { return (key_columns(a) + 7) / 8; }
+
 // Returns the key/value head read by query head h.
 FLASHATTN_HD constexpr int64_t kv_head(int64_t h, int64_t heads_q, int64_t heads_k) {
   return h / (heads_q / heads_k);

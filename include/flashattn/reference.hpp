@@ -53,20 +53,25 @@ struct Head {
   bool has_sink = false;                     // an attention sink joins each row's denominator
   double sink = 0;                           // its logit (used when has_sink)
   Mask mask;                                 // mask.seqlen_q == nq, mask.seqlen_k == nk
+  const double* bias = nullptr;              // [nq x nk] added after ALiBi (−∞ hides); null: none
+  float dropout_p = 0;                       // > 0: P_ij kept iff dropout_keep(seed, stream, i, j)
+  uint64_t dropout_seed = 0, dropout_stream = 0;  // (flashattn/philox.hpp), kept values ·1/(1 − p)
   int64_t vdim() const { return dv ? dv : d; }
 };
 
-// Forward of one head in fp64, written as numbered passes (S, softcap, ALiBi, mask, P, O, LSE).
+// Forward of one head in fp64, written as numbered passes (S, softcap, ALiBi, bias, mask, P,
+// dropout, O, LSE).
 // out [nq x dv]; lse [nq] (-inf for rows that see no key, whose out row is 0; with a sink: the sink).
 void head_forward(const Head& h, const double* q, const double* k, const double* v, double* out,
                   double* lse);
 
 // Backward of one head in fp64 with P materialised: D = rowsum(dO∘O), dV = Pᵀ dO, dP = dO Vᵀ,
-// dS = P∘(dP − D) (times the softcap derivative), dQ = scale·dS K, dK = scale·dSᵀ Q.
-// dq [nq x d], dk [nk x d] and dv [nk x dv] are overwritten; with a sink, *dsink (if not null) is
-// set to d loss / d sink = −Σ_i exp(sink − LSE_i)·D_i.
+// dS = P∘(dP − D) (times the softcap derivative), dQ = scale·dS K, dK = scale·dSᵀ Q; with dropout
+// dV = P̃ᵀ dO and dP = (dO Vᵀ)∘Z/(1 − p). dq [nq x d], dk [nk x d] and dv [nk x dv] are
+// overwritten; with a sink, *dsink (if not null) is set to d loss / d sink = −Σ_i exp(sink − LSE_i)·D_i;
+// dbias [nq x nk] (if not null) receives d loss / d bias = P∘(dP − D).
 void head_backward(const Head& h, const double* q, const double* k, const double* v, const double* dout,
-                   double* dq, double* dk, double* dv, double* dsink = nullptr);
+                   double* dq, double* dk, double* dv, double* dsink = nullptr, double* dbias = nullptr);
 
 // Unrounded results of a whole call. out is dense [B, Nq, Hq, dv] with q's sizes and v's dim
 // (varlen: B = 1), lse dense [B, Hq, Nq]; dq dense like q, dk like k, dv like v; dsinks [Hq] (empty
@@ -80,6 +85,7 @@ struct ForwardValues {
 };
 struct BackwardValues {
   std::vector<double> dq, dk, dv, dsinks;
+  std::vector<double> dbias;  // dense with dbias's sizes [b, i, h, j] when a.dbias is set, else empty
 };
 
 // Validates the inputs and options of `a`, then returns the forward results before rounding to
@@ -91,12 +97,12 @@ ForwardValues forward_values(const AttentionArgs& a, Precision p = Precision::fp
 // Precision::fp64_given_out (a.out) and fp64_given (a.out and a.lse).
 BackwardValues backward_values(const BackwardArgs& a, Precision p = Precision::fp64);
 
-// Validates `a` and writes a.out (rounded to nearest even in its dtype) and a.lse if set. With an
-// append, first writes the new rows into the caches (flashattn::apply_append) and attends over them;
-// num_splits is ignored (the oracle never splits).
+// Validates `a` and writes a.out (rounded to nearest even in its dtype), a.lse and a.dropout_mask
+// if set. With an append, first writes the new rows into the caches (flashattn::apply_append) and
+// attends over them; num_splits is ignored (the oracle never splits).
 void forward(const ForwardArgs& a, Precision p = Precision::fp64);
 
-// Validates `a` and writes a.dq, a.dk, a.dv and a.dsinks if set.
+// Validates `a` and writes a.dq, a.dk, a.dv, and a.dsinks and a.dbias if set.
 void backward(const BackwardArgs& a, Precision p = Precision::fp64);
 
 }  // namespace flashattn::reference
