@@ -34,6 +34,17 @@ const char* values_name(Values v) {
   return "invalid";
 }
 
+const char* bias_name(BiasKind b) {
+  switch (b) {
+    case BiasKind::off: return "off";
+    case BiasKind::full: return "full";
+    case BiasKind::rows_keys: return "rows_keys";
+    case BiasKind::head_keys: return "head_keys";
+    case BiasKind::stride0: return "stride0";
+  }
+  return "invalid";
+}
+
 const char* alibi_name(Alibi a) {
   switch (a) {
     case Alibi::off: return "off";
@@ -255,6 +266,17 @@ int64_t Case::work() const {
   return pairs * heads_q() * dim;
 }
 
+std::vector<int64_t> Case::bias_sizes() const {
+  if (bias == BiasKind::off) return {0, 0, 0, 0};
+  int64_t rows = seqlen_q, keys = seqlen_k;
+  if (varlen()) {
+    rows = std::max<int64_t>(1, *std::max_element(varlen_q.begin(), varlen_q.end()));
+    keys = *std::max_element(varlen_k.begin(), varlen_k.end());
+  }
+  const bool per_seq = bias == BiasKind::full || bias == BiasKind::stride0;
+  return {per_seq ? batch : 1, bias == BiasKind::head_keys ? 1 : rows, bias == BiasKind::rows_keys ? 1 : heads_q(), keys};
+}
+
 std::ostream& operator<<(std::ostream& os, const Case& c) {
   std::ostringstream s;
   s << std::setprecision(kFloatDigits);
@@ -274,6 +296,10 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   else
     s << "default";
   s << " seed=" << c.seed;
+  // Fields of later features are printed only when used, so older lines still parse and print alike.
+  if (c.bias != BiasKind::off)
+    s << " bias=" << bias_name(c.bias) << " bias_dtype=" << dtype_label(c.bias_dtype) << " bias_inf=" << (c.bias_inf ? 1 : 0);
+  if (c.dropout_p != 0) s << " dropout=" << c.dropout_p;
   return os << s.str();
 }
 
@@ -323,6 +349,12 @@ Case parse_case(const std::string& line) {
   c.values = to_enum<Values>("values", take("values"), values_name, 4);
   if (const std::string scale = take("scale"); scale != "default") c.scale = to_float("scale", scale);
   c.seed = static_cast<uint64_t>(to_int("seed", take("seed")));
+  if (f.count("bias")) {
+    c.bias = to_enum<BiasKind>("bias", take("bias"), bias_name, 5);
+    c.bias_dtype = to_enum<DType>("bias_dtype", take("bias_dtype"), dtype_label, 3);
+    c.bias_inf = to_int("bias_inf", take("bias_inf")) != 0;
+  }
+  if (f.count("dropout")) c.dropout_p = to_float("dropout", take("dropout"));
   if (!f.empty()) throw std::invalid_argument("case line has unknown field " + f.begin()->first);
   if (c.varlen_q.size() != c.varlen_k.size())
     throw std::invalid_argument("varlen_q and varlen_k must have the same number of sequences");
@@ -421,6 +453,14 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     if (space.custom_scale && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
       c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f, 0.0f});
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
+    if (space.bias) {
+      c.bias = *rc::gen::weightedElement<BiasKind>({{1, BiasKind::off}, {3, BiasKind::full}, {2, BiasKind::rows_keys},
+                                                    {2, BiasKind::head_keys}, {1, BiasKind::stride0}});
+      c.bias_dtype = *rc::gen::elementOf(std::vector<DType>{DType::f32, DType::f16, DType::bf16});
+      c.bias_inf = *rc::gen::weightedElement<bool>({{2, false}, {1, true}});
+      if (c.bias == BiasKind::off) c.bias_dtype = DType::f32, c.bias_inf = false;  // not printed: keep defaults
+    }
+    if (space.dropout) c.dropout_p = *rc::gen::weightedElement<float>({{1, 0.0f}, {2, 0.1f}, {2, 0.5f}, {1, 0.85f}});
     // The cost budget of this case (CI time): max_work / 8, / 4 or / 2 (shrinking goes to / 8),
     // spent on lengths (drop heads, lower the head dim) in 3 of 4 cases, else on width (halve the
     // lengths; shrinking goes there).

@@ -39,6 +39,15 @@ enum class Alibi : uint8_t {
   per_batch,  // slopes [B, Hq] (alibi_batch_stride = Hq)
 };
 
+// Additive bias of a case (AttentionArgs::bias), always with a dbias of the same sizes in the backward.
+enum class BiasKind : uint8_t {
+  off,
+  full,       // [S, Nq, Hq, Nk], stored [S, Hq, Nq, Nk] contiguous (PyTorch's attn_mask order)
+  rows_keys,  // [1, Nq, 1, Nk]: one table for every sequence and head (size-1 broadcast)
+  head_keys,  // [1, 1, Hq, Nk]: a per-head key bias (size-1 broadcast over sequences and rows)
+  stride0,    // [S, Nq, Hq, Nk] sizes over one [Nq, Nk] table: stride 0 over sequences and heads
+};
+
 struct Case {
   int64_t batch = 1;     // sequences (varlen: packed sequences; tensors then have batch 1)
   int64_t heads_k = 1;   // key/value heads
@@ -57,6 +66,11 @@ struct Case {
   std::vector<int32_t> varlen_q;     // per-sequence q lengths; empty: not varlen
   std::vector<int32_t> varlen_k;     // per-sequence k lengths (same size as varlen_q)
 
+  BiasKind bias = BiasKind::off;
+  flashattn::DType bias_dtype = flashattn::DType::f32;
+  bool bias_inf = false;  // about a quarter of the bias entries are −∞, and row 0 of every table is
+  float dropout_p = 0;    // dropout probability (seed and offset derived from `seed`); 0: off
+
   Layout layout = Layout::bshd;
   bool offset = false;  // base pointers moved by one element (aligned to the element only)
   Values values = Values::normal;
@@ -64,6 +78,9 @@ struct Case {
   uint64_t seed = 0;    // seed of the tensor values
 
   int64_t heads_q() const { return heads_k * group; }
+  // Returns the bias's [batch, seq, heads, dim] sizes (all 0 without bias): S or 1, Nq (the longest
+  // varlen sequence's rows, at least 1) or 1, Hq or 1, the keys of a sequence (the longest varlen one).
+  std::vector<int64_t> bias_sizes() const;
   bool varlen() const { return !varlen_q.empty(); }
   int64_t tensor_batch() const { return varlen() ? 1 : batch; }
   // Returns Σ over sequences of seqlen_q · seqlen_k · dim · heads_q: the oracle's cost of a case.
@@ -93,6 +110,8 @@ struct CaseSpace {
   int64_t max_seqlen = 300;   // bound on one sequence's q and k lengths
   int64_t max_dim = 160;      // bound on the non-GPU head dims (the GPU set 32..256 is always in)
   std::vector<flashattn::DType> dtypes = {flashattn::DType::f32, flashattn::DType::f16, flashattn::DType::bf16};
+  bool bias = false;     // draw an additive bias (every BiasKind, any bias dtype, −∞ entries)
+  bool dropout = false;  // draw a dropout probability (0 included)
 };
 
 // Returns a generator of cases in `space` (props/README.md gives the shares, props/coverage.hpp

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "flashattn/convert.hpp"
+#include "flashattn/dropout.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/reference.hpp"
 #include "props/instance.hpp"
@@ -28,6 +29,26 @@ std::vector<double> lse_values(const Instance& inst) {
   return std::vector<double>(inst.lse(), inst.lse() + inst.lse_count());
 }
 
+// Returns "" if the keep mask the implementation wrote equals, bit for bit, the one the definition
+// gives (flashattn::write_dropout_mask) in every row of the call's sequences, else where not.
+std::string check_dropout_mask(const flashattn::ForwardArgs& a, const Instance& inst) {
+  if (!a.dropout_mask) return "";
+  const int64_t bytes = inst.dropout_mask_bytes();
+  std::vector<uint8_t> expected(inst.dropout_mask(), inst.dropout_mask() + bytes);  // rows of no sequence: as written
+  flashattn::ForwardArgs e = a;
+  e.dropout_mask = expected.data();
+  flashattn::write_dropout_mask(e);
+  for (int64_t x = 0; x < bytes; ++x)
+    if (expected[x] != inst.dropout_mask()[x]) {
+      std::ostringstream os;
+      const int64_t row_bytes = flashattn::dropout_mask_row_bytes(a);
+      os << "dropout_mask byte " << x << " (lse row " << x / row_bytes << ", keys " << 8 * (x % row_bytes) << "..+7) is 0x"
+         << std::hex << int(inst.dropout_mask()[x]) << ", the definition gives 0x" << int(expected[x]);
+      return os.str();
+    }
+  return "";
+}
+
 }  // namespace
 
 std::string replay_hint(const Case& c) { return "replay: FLASHATTN_REPLAY='" + to_string(c) + "' <runner> -tc=replay"; }
@@ -41,6 +62,7 @@ std::string crosscheck_forward(const Implementation& impl, const Case& c, Margin
   const Judgement judged = judge_forward(a);
   if (margins) margins->add(judged, c);
   if (std::string e = judged.first_failure(); !e.empty()) return failure(impl.name + " forward: " + e, c);
+  if (std::string e = check_dropout_mask(a, inst); !e.empty()) return failure(impl.name + " forward: " + e, c);
   // The judged values (dense; every row of a sequence is the implementation's).
   const std::vector<double>& out = judged.find("out")->impl;
   const std::vector<double> lse = lse_values(inst);
@@ -121,12 +143,13 @@ std::string check_repeatable(const Implementation& impl, const Case& c, Margins*
   if (!impl.backward) return "";
   flashattn::BackwardArgs b = inst.backward_args();
   impl.backward(b);
-  const std::vector<double> dq = read_dense(inst.dq()), dk = read_dense(inst.dk()), dv = read_dense(inst.dv());
+  const std::vector<double> dq = read_dense(inst.dq()), dk = read_dense(inst.dk()), dv = read_dense(inst.dv()),
+                            dbias = read_dense(inst.dbias());
   b = inst.backward_args();
   impl.backward(b);
   if (!same_bits(dq, read_dense(inst.dq())) || !same_bits(dk, read_dense(inst.dk())) ||
-      !same_bits(dv, read_dense(inst.dv())))
-    return failure(impl.name + " backward: a second call on the same inputs wrote different dq, dk or dv bits", c);
+      !same_bits(dv, read_dense(inst.dv())) || !same_bits(dbias, read_dense(inst.dbias())))
+    return failure(impl.name + " backward: a second call on the same inputs wrote different dq, dk, dv or dbias bits", c);
   return "";
 }
 

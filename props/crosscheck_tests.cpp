@@ -1,6 +1,8 @@
 // The properties every registered implementation must satisfy, one doctest TEST_CASE each, and the
 // replay test. Linked into every props runner.
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "props/check.hpp"
 #include "props/coverage.hpp"
 #include "props/crosscheck.hpp"
+#include "props/instance.hpp"
 #include "props/registry.hpp"
 
 namespace props {
@@ -39,8 +42,8 @@ using CaseCheck = std::string (*)(const Implementation&, const Case&, Margins*);
 // implementation declares unsupported; then reports what the checked cases covered (one MESSAGE
 // block: the shares of dtypes, layouts, masks, rows that see several keys, tiles; coverage.hpp),
 // and per implementation the worst error/bound ratio of each output with its case (margins.hpp).
-void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases) {
-  const CaseSpace space = crosscheck_space();
+void for_each_implementation(const char* property, CaseCheck fn, bool needs_backward, int cases,
+                             CaseSpace space = crosscheck_space()) {
   CoverageTally tally;  // every checked case of every implementation (on a failure, shrinking's too)
   for (const Implementation* impl : implementations()) {
     if (needs_backward && !impl->backward) {
@@ -82,6 +85,54 @@ TEST_CASE("backward agrees with the fp64 oracle") {
 
 TEST_CASE("repeated calls are bitwise identical") {
   for_each_implementation("repeatable", check_repeatable, false, kRepeatCases);
+}
+
+// Additive bias (every broadcast form, −∞ entries, any bias dtype; dbias in the backward) and
+// dropout (keep mask compared bit for bit) on top of every other option of the generator.
+CaseSpace bias_dropout_space() {
+  CaseSpace space = crosscheck_space();
+  space.bias = space.dropout = true;
+  return space;
+}
+
+TEST_CASE("forward with bias and dropout agrees with the fp64 oracle") {
+  for_each_implementation("forward+bias+dropout", crosscheck_forward, false, kCrossCheckCases, bias_dropout_space());
+}
+
+TEST_CASE("backward with bias, dbias and dropout agrees with the fp64 oracle") {
+  for_each_implementation("backward+bias+dropout", crosscheck_backward, true, kCrossCheckCases, bias_dropout_space());
+}
+
+TEST_CASE("repeated calls with bias and dropout are bitwise identical") {
+  for_each_implementation("repeatable+bias+dropout", check_repeatable, false, kRepeatCases, bias_dropout_space());
+}
+
+TEST_CASE("dropout_p = 0 is bitwise the call without dropout") {
+  for_each_implementation(
+      "dropout-zero",
+      [](const Implementation& impl, const Case& c, Margins*) -> std::string {
+        Instance inst(c);
+        flashattn::ForwardArgs a = inst.forward_args();
+        impl.forward(a);
+        const std::vector<double> out = read_dense(inst.out());
+        const std::vector<float> lse(inst.lse(), inst.lse() + inst.lse_count());
+        a = inst.forward_args();
+        a.dropout_p = 0;
+        a.dropout_seed = c.seed + 1;  // a seed and an offset change nothing at p = 0
+        a.dropout_offset = 7;
+        impl.forward(a);
+        const std::vector<double> out0 = read_dense(inst.out());
+        if (std::memcmp(out.data(), out0.data(), out.size() * sizeof(double)) != 0 ||
+            std::memcmp(lse.data(), inst.lse(), lse.size() * sizeof(float)) != 0)
+          return impl.name + " forward: dropout_p = 0 with a seed wrote other bits than the call without dropout\n" +
+                 replay_hint(c);
+        return "";
+      },
+      false, kRepeatCases, [] {
+        CaseSpace space = crosscheck_space();
+        space.bias = true;
+        return space;
+      }());
 }
 
 TEST_CASE("case lines parse back to the same case") {

@@ -56,6 +56,24 @@ Instance::Instance(const Case& c) : case_(c) {
   }
   if (c.alibi != Alibi::off)
     alibi_ = make_array<float>("alibi_slopes", static_cast<size_t>(c.alibi == Alibi::per_batch ? c.batch * hq : hq));
+  if (c.bias != BiasKind::off) {
+    const std::vector<int64_t> n = c.bias_sizes();
+    if (c.bias == BiasKind::stride0) {
+      // One [Nq, Nk] table seen with the full sizes through stride 0 over sequences and heads; its
+      // gradient has the full sizes (nothing is summed).
+      bias_ = make_tensor("bias", c.bias_dtype, 1, n[1], 1, n[3], Layout::bhsd, c.offset);
+      bias_.view.batch = n[0];
+      bias_.view.heads = n[2];
+      bias_.view.stride_batch = bias_.view.stride_head = 0;
+    } else {
+      bias_ = make_tensor("bias", c.bias_dtype, n[0], n[1], n[2], n[3], Layout::bhsd, c.offset);
+    }
+    dbias_ = make_tensor("dbias", c.bias_dtype, n[0], n[1], n[2], n[3], c.layout, c.offset);
+  }
+  if (c.dropout_p != 0) {
+    const int64_t keys = c.varlen() ? *std::max_element(c.varlen_k.begin(), c.varlen_k.end()) : c.seqlen_k;
+    mask_ = make_array<uint8_t>("dropout_mask", static_cast<size_t>(lse_count_ * ((keys + 7) / 8)));
+  }
   fill_inputs();
 }
 
@@ -85,6 +103,34 @@ void Instance::fill_inputs() {
       cq[s + 1] = cq[s] + c.varlen_q[s];
       ck[s + 1] = ck[s] + c.varlen_k[s];
     }
+  }
+  if (c.bias != BiasKind::off) {
+    // Normal entries of size 2 (as large as typical scores); with bias_inf a quarter of them −∞ and
+    // the first row of every table wholly −∞ (a row that sees no key through the bias alone).
+    const flashattn::Tensor& b = bias_.view;
+    const int64_t tables = c.bias == BiasKind::stride0 ? 1 : b.batch * b.heads;
+    std::vector<double> dense(static_cast<size_t>(tables * b.seq * b.dim));
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t t = 0; t < tables; ++t)
+      for (int64_t i = 0; i < b.seq; ++i)
+        for (int64_t j = 0; j < b.dim; ++j) {
+          const double x = 2 * rng.normal();
+          const bool hidden = c.bias_inf && (i == 0 || rng.below(4) == 0);
+          dense[static_cast<size_t>((t * b.seq + i) * b.dim + j)] = hidden ? -inf : x;
+        }
+    // dense is in storage order [table, row, key]; write it through a view of that order.
+    const int64_t per_head = c.bias == BiasKind::stride0 ? 1 : b.heads;
+    flashattn::Tensor storage = b;
+    storage.batch = tables / per_head;
+    storage.heads = per_head;
+    std::vector<double> bshd_order(dense.size());
+    for (int64_t bb = 0; bb < storage.batch; ++bb)
+      for (int64_t i = 0; i < b.seq; ++i)
+        for (int64_t h = 0; h < per_head; ++h)
+          for (int64_t j = 0; j < b.dim; ++j)
+            bshd_order[static_cast<size_t>(((bb * b.seq + i) * per_head + h) * b.dim + j)] =
+                dense[static_cast<size_t>(((bb * per_head + h) * b.seq + i) * b.dim + j)];
+    write_dense(storage, bshd_order);
   }
   if (c.alibi != Alibi::off) {
     // Slopes 2^(-8(h+1)/Hq) as in the ALiBi paper, jittered per sequence when per_batch.
@@ -122,6 +168,12 @@ flashattn::ForwardArgs Instance::base_args() {
     a.max_seqlen_q = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
     a.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
   }
+  if (c.bias != BiasKind::off) a.bias = bias_.view;
+  if (c.dropout_p != 0) {
+    a.dropout_p = c.dropout_p;
+    a.dropout_seed = c.seed * 0x9E3779B97F4A7C15ull;  // all 64 bits in use
+    a.dropout_offset = c.seed % 1000;
+  }
   return a;
 }
 
@@ -129,9 +181,12 @@ flashattn::ForwardArgs Instance::forward_args() {
   backward_ = false;
   poison(out_);
   std::fill_n(reinterpret_cast<float*>(lse_.data()), lse_count_, std::numeric_limits<float>::quiet_NaN());
-  for (Buffer* in : {&q_.buffer, &k_.buffer, &v_.buffer, &dout_.buffer, &key_lengths_, &cu_q_, &cu_k_, &alibi_})
+  std::fill_n(mask_.data(), mask_.bytes(), kCanary);
+  for (Buffer* in : {&q_.buffer, &k_.buffer, &v_.buffer, &dout_.buffer, &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer})
     in->snapshot();
-  return base_args();
+  flashattn::ForwardArgs a = base_args();
+  if (case_.dropout_p != 0) a.dropout_mask = mask_.data();
+  return a;
 }
 
 flashattn::BackwardArgs Instance::backward_args() {
@@ -146,15 +201,19 @@ flashattn::BackwardArgs Instance::backward_args() {
   poison(dq_);
   poison(dk_);
   poison(dv_);
+  if (case_.bias != BiasKind::off) {
+    a.dbias = dbias_.view;
+    poison(dbias_);
+  }
   for (Buffer* in : {&q_.buffer, &k_.buffer, &v_.buffer, &out_.buffer, &lse_, &dout_.buffer, &key_lengths_, &cu_q_,
-                     &cu_k_, &alibi_})
+                     &cu_k_, &alibi_, &bias_.buffer})
     in->snapshot();
   return a;
 }
 
 std::string Instance::check() const {
   std::vector<const Buffer*> inputs = {&q_.buffer, &k_.buffer, &v_.buffer, &dout_.buffer,
-                                       &key_lengths_, &cu_q_, &cu_k_, &alibi_};
+                                       &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer};
   if (backward_) {
     inputs.push_back(&out_.buffer);
     inputs.push_back(&lse_);
@@ -162,7 +221,7 @@ std::string Instance::check() const {
   for (const Buffer* in : inputs)
     if (std::string e = in->unchanged_since_snapshot(); !e.empty()) return e;
   for (const Buffer* b : {&q_.buffer, &k_.buffer, &v_.buffer, &out_.buffer, &dout_.buffer, &dq_.buffer, &dk_.buffer,
-                          &dv_.buffer, &lse_, &key_lengths_, &cu_q_, &cu_k_, &alibi_})
+                          &dv_.buffer, &lse_, &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer, &dbias_.buffer, &mask_})
     if (std::string e = b->check_outside_view(); !e.empty()) return e;
   return "";
 }

@@ -1,6 +1,6 @@
 // props::Instance: the tensors of one Case, materialised in guarded host buffers.
 //
-// Inputs (q, k, v, dout, seqlens_k, cu_seqlens, ALiBi slopes) are filled deterministically from the
+// Inputs (q, k, v, dout, seqlens_k, cu_seqlens, ALiBi slopes, bias) are filled deterministically from the
 // case's seed in logical index order, so the same case in another layout holds the same values.
 // Each *_args() call poisons the outputs with NaN and snapshots the inputs; check() then verifies
 // canaries, untouched padding and bit-identical inputs.
@@ -23,11 +23,13 @@ class Instance {
 
   const Case& problem() const { return case_; }
 
-  // Returns forward arguments (out and lse poisoned with NaN; inputs snapshotted).
+  // Returns forward arguments (out and lse poisoned with NaN; inputs snapshotted). With dropout the
+  // keep mask is requested too (dropout_mask, poisoned with 0xA5 bytes).
   flashattn::ForwardArgs forward_args();
 
   // Returns backward arguments. out and lse hold the fp64 oracle's forward (rounded to their
-  // dtypes) and are inputs here; dq, dk, dv are poisoned; inputs are snapshotted.
+  // dtypes) and are inputs here; dq, dk, dv (and dbias with a bias) are poisoned; inputs are
+  // snapshotted.
   flashattn::BackwardArgs backward_args();
 
   // Returns "" if, since the last *_args() call, no canary or padding byte of any buffer changed
@@ -43,7 +45,10 @@ class Instance {
   const flashattn::Tensor& dq() const { return dq_.view; }
   const flashattn::Tensor& dk() const { return dk_.view; }
   const flashattn::Tensor& dv() const { return dv_.view; }
+  const flashattn::Tensor& dbias() const { return dbias_.view; }
   const float* lse() const { return reinterpret_cast<const float*>(lse_.data()); }
+  const uint8_t* dropout_mask() const { return mask_.data(); }
+  int64_t dropout_mask_bytes() const { return static_cast<int64_t>(mask_.bytes()); }
   int64_t lse_count() const { return lse_count_; }
 
  private:
@@ -51,8 +56,8 @@ class Instance {
   flashattn::ForwardArgs base_args();
 
   Case case_;
-  GuardedTensor q_, k_, v_, out_, dout_, dq_, dk_, dv_;
-  Buffer lse_, key_lengths_, cu_q_, cu_k_, alibi_;
+  GuardedTensor q_, k_, v_, out_, dout_, dq_, dk_, dv_, bias_, dbias_;
+  Buffer lse_, key_lengths_, cu_q_, cu_k_, alibi_, mask_;
   int64_t lse_count_ = 0;
   bool backward_ = false;  // whether the last call was backward (out and lse are then inputs)
 };

@@ -189,6 +189,20 @@ Judgement judge_backward(const flashattn::BackwardArgs& a) {
                                       allowance(a.dk, oracle.dk, given.dk, terms.dk, true, false)));
   j.verdicts.push_back(tensor_verdict("dv", a.dv, read_rows(a, a.dv, true, oracle.dv), oracle.dv, {&same.dv, &rev.dv, &alt.dv},
                                       allowance(a.dv, oracle.dv, given.dv, terms.dv, false, true)));
+  // dbias = P∘(dP − D) summed over bias's broadcast dimensions: every element is an output (0 where
+  // nothing reads it). Judged like dq and dk: its terms are dS's, whose two sides nearly cancel, so
+  // the floor stays at max|value| and one fp32 rounding of the terms bounds the naive part below.
+  if (flashattn::view_set(a.dbias)) {
+    const flashattn::Tensor& g = a.dbias;
+    std::vector<double> impl(oracle.dbias.size());
+    for (int64_t b = 0; b < g.batch; ++b)
+      for (int64_t i = 0; i < g.seq; ++i)
+        for (int64_t h = 0; h < g.heads; ++h)
+          for (int64_t x = 0; x < g.dim; ++x)
+            impl[dense_row(g, b, i, h) + x] = flashattn::load_as_float(g.data, g.dtype, g.offset(b, i, h) + x);
+    j.verdicts.push_back(tensor_verdict("dbias", g, std::move(impl), oracle.dbias, {&same.dbias, &rev.dbias, &alt.dbias},
+                                        allowance(g, oracle.dbias, given.dbias, terms.dbias, true, false)));
+  }
   // dsinks (fp32 [Hq]) = −Σ_i exp(sink − LSE_i)·D_i: judged like an fp32 gradient. D comes from the
   // given out and P_sink from the given lse, so the contract term carries their rounding; the floor
   // scales with the size of its terms (Precision::magnitude: Σ_i P_sink,i·Σ|dO∘O|), as dv's does.

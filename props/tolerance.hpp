@@ -19,7 +19,7 @@ namespace props {
 int64_t dense_row(const flashattn::ConstTensor& t, int64_t b, int64_t s, int64_t h);
 
 struct Verdict {
-  std::string output;              // "out", "lse", "dq", "dk", "dv" or "dsinks"
+  std::string output;              // "out", "lse", "dq", "dk", "dv", "dbias" or "dsinks"
   Comparison result;
   std::vector<double> impl, oracle;  // the compared values (dense; see below)
   std::string where;               // the worst element as "[b=…, s=…, h=…, x=…]" ("[b=…, h=…, s=…]" for lse)
