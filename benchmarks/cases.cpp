@@ -13,13 +13,25 @@ const char* pass_name(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
 bool Problem::operator==(const Problem& o) const {
   return pass == o.pass && dtype == o.dtype && batch == o.batch && heads_q == o.heads_q &&
          heads_k == o.heads_k && seqlen_q == o.seqlen_q && seqlen_k == o.seqlen_k && head_dim == o.head_dim &&
-         causal == o.causal;
+         causal == o.causal && bias == o.bias && dbias == o.dbias && dropout == o.dropout;
 }
 
 std::string Problem::describe() const {
   std::ostringstream s;
   s << pass_name(pass) << ' ' << flashattn::dtype_name(dtype) << " B=" << batch << " H=" << heads_q << '/'
     << heads_k << " N=" << seqlen_q << 'x' << seqlen_k << " d=" << head_dim << (causal ? " causal" : " full");
+  if (bias != "none") s << " bias=" << bias;
+  if (dbias) s << " dbias";
+  if (dropout != 0) s << " dropout=" << dropout;
+  return s.str();
+}
+
+std::string Problem::mask_text() const {
+  std::ostringstream s;
+  s << (causal ? "causal" : "none");
+  if (bias != "none") s << "+bias:" << bias;
+  if (dbias) s << "+dbias";
+  if (dropout != 0) s << "+drop" << dropout;
   return s.str();
 }
 
@@ -47,6 +59,11 @@ std::vector<Case> expand(const Grid& g) {
   const auto& nq_list = g.seqlen_q.empty() ? g.seqlen : g.seqlen_q;
   const auto& nk_list = g.seqlen_k.empty() ? g.seqlen : g.seqlen_k;
   const std::vector<int> zero{0};
+  const std::vector<std::string> no_bias{"none"};
+  const std::vector<float> no_dropout{0.0f};
+  const auto& bias_list = g.bias.empty() ? no_bias : g.bias;
+  const auto& dbias_list = g.dbias.empty() ? zero : g.dbias;
+  const auto& dropout_list = g.dropout.empty() ? no_dropout : g.dropout;
   const auto& bq_list = g.block_q.empty() ? zero : g.block_q;
   const auto& bk_list = g.block_k.empty() ? zero : g.block_k;
   // Outer loops: the problem; inner loops: implementation and tiles (share one trusted result).
@@ -61,15 +78,20 @@ std::vector<Case> expand(const Grid& g) {
                   for (int64_t nq : nq_list) {
                     // With one --seqlen list, Nq and Nk move together.
                     if (g.seqlen_q.empty() && g.seqlen_k.empty() && nq != nk) continue;
-                    Problem p{pass, dt, b, h, hk == 0 ? h : hk, nq, nk, d, causal != 0};
-                    for (const std::string& impl : g.impls) {
-                      if (impl != "cpu") {
-                        out.push_back(Case{impl, p, 0, 0});
-                        continue;
-                      }
-                      for (int bq : bq_list)
-                        for (int bk : bk_list) out.push_back(Case{impl, p, bq, bk});
-                    }
+                    for (const std::string& bias : bias_list)
+                      for (int dbias : dbias_list)
+                        for (float dropout : dropout_list) {
+                          if (dbias && (bias == "none" || pass != Pass::bwd)) continue;  // dbias: a backward with a bias
+                          Problem p{pass, dt, b, h, hk == 0 ? h : hk, nq, nk, d, causal != 0, bias, dbias != 0, dropout};
+                          for (const std::string& impl : g.impls) {
+                            if (impl != "cpu") {
+                              out.push_back(Case{impl, p, 0, 0});
+                              continue;
+                            }
+                            for (int bq : bq_list)
+                              for (int bk : bk_list) out.push_back(Case{impl, p, bq, bk});
+                          }
+                        }
                   }
   return out;
 }

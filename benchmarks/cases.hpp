@@ -18,10 +18,17 @@ struct Problem {
   flashattn::DType dtype = flashattn::DType::f32;
   int64_t batch = 1, heads_q = 1, heads_k = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 64;
   bool causal = false;
+  std::string bias = "none";  // additive bias: none, full [B, Nq, Hq, Nk], keys [1, 1, Hq, Nk], rows [1, Nq, 1, Nk]
+  bool dbias = false;         // backward: also compute dbias
+  float dropout = 0;          // dropout probability
 
   bool operator==(const Problem& o) const;
-  // Returns "fwd f32 B=1 H=8/8 N=1024x1024 d=64 causal" for messages.
+  // Returns "fwd f32 B=1 H=8/8 N=1024x1024 d=64 causal" (plus " bias=full dbias dropout=0.1" when
+  // set) for messages.
   std::string describe() const;
+  // Returns the mask column of the tables: "causal" or "none", with "+bias:<kind>", "+dbias" and
+  // "+drop<p>" when set.
+  std::string mask_text() const;
 };
 
 // One timed row: an implementation on a problem, with optional CPU tile sizes (0: library default).
@@ -46,6 +53,9 @@ struct Grid {
   std::vector<int64_t> batch, heads, heads_k, seqlen, seqlen_q, seqlen_k, head_dim;
   std::vector<int> causal;
   std::vector<int> block_q, block_k;  // CPU tile sizes; {0} means the library default
+  std::vector<std::string> bias = {};   // none, full, keys, rows (empty: none)
+  std::vector<int> dbias = {};          // 0, 1 (empty: 0)
+  std::vector<float> dropout = {};      // probabilities (empty: 0)
 };
 
 // Returns one case per combination of grid values, grouped so that cases sharing a problem are

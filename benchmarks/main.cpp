@@ -164,7 +164,7 @@ class Bench {
     const Problem& p = c.problem;
     return c.impl + ' ' + pass_name(p.pass) + ' ' + flashattn::dtype_name(p.dtype) + ' ' + std::to_string(p.batch) + ' ' +
            std::to_string(p.heads_q) + ' ' + std::to_string(p.heads_k) + ' ' + std::to_string(p.head_dim) + ' ' +
-           std::to_string(p.causal) + ' ' + std::to_string(c.block_q) + ' ' + std::to_string(c.block_k);
+           std::to_string(p.causal) + ' ' + p.mask_text() + ' ' + std::to_string(c.block_q) + ' ' + std::to_string(c.block_k);
   }
 
   const Options& o_;

@@ -42,6 +42,14 @@ int parse_options(int argc, char** argv, const std::vector<std::string>& availab
       app.add_option("--seqlen-k", g->seqlen_k, "key length Nk (overrides --seqlen for keys)")->check(CLI::PositiveNumber),
       app.add_option("--head-dim", g->head_dim, "head dimension d")->check(CLI::PositiveNumber),
       app.add_option("--causal", g->causal, "0: no mask, 1: causal (bottom-right aligned)")->check(CLI::Range(0, 1)),
+      app.add_option("--bias", g->bias,
+                     "additive bias (problem dtype): none, full [B,Nq,Hq,Nk], keys [1,1,Hq,Nk] (per-head key bias),\n"
+                     "rows [1,Nq,1,Nk] (one table for every head)")
+          ->check(CLI::IsMember({"none", "full", "keys", "rows"})),
+      app.add_option("--dbias", g->dbias, "backward with a bias: 1 also computes dbias (same sizes as the bias)")
+          ->check(CLI::Range(0, 1)),
+      app.add_option("--dropout", g->dropout, "dropout probability p in [0, 1) (Philox keep mask; 0: off)")
+          ->check(CLI::Range(0.0, 0.999)),
       app.add_option("--block-q", g->block_q, "CPU query rows per tile (0: library default); a list with --tile-sweep"),
       app.add_option("--block-k", g->block_k, "CPU key rows per tile (0: library default); a list with --tile-sweep"),
   };

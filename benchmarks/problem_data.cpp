@@ -41,6 +41,15 @@ ProblemData::ProblemData(const Problem& p, uint64_t seed) : p_(p) {
   k_ = fill(k_elems());
   v_ = fill(k_elems());
   if (p.pass == Pass::bwd) dout_ = fill(q_elems());
+  const std::vector<int64_t> n = bias_sizes();
+  if (p.bias != "none") bias_ = fill(static_cast<size_t>(n[0] * n[1] * n[2] * n[3]));
+}
+
+std::vector<int64_t> ProblemData::bias_sizes() const {
+  if (p_.bias == "none") return {0, 0, 0, 0};
+  if (p_.bias == "keys") return {1, 1, p_.heads_q, p_.seqlen_k};
+  if (p_.bias == "rows") return {1, p_.seqlen_q, 1, p_.seqlen_k};
+  return {p_.batch, p_.seqlen_q, p_.heads_q, p_.seqlen_k};
 }
 
 ProblemData ProblemData::widened() const {
@@ -58,6 +67,8 @@ ProblemData ProblemData::widened() const {
   w.k_ = widen(k_, k_elems());
   w.v_ = widen(v_, k_elems());
   w.dout_ = widen(dout_, q_elems());
+  const std::vector<int64_t> n = bias_sizes();
+  w.bias_ = widen(bias_, static_cast<size_t>(n[0] * n[1] * n[2] * n[3]));
   return w;
 }
 
@@ -70,6 +81,8 @@ Outputs ProblemData::make_outputs() const {
     o.dq = Buffer(q_elems() * es);
     o.dk = Buffer(k_elems() * es);
     o.dv = Buffer(k_elems() * es);
+    const std::vector<int64_t> n = bias_sizes();
+    if (p_.dbias) o.dbias = Buffer(static_cast<size_t>(n[0] * n[1] * n[2] * n[3]) * es);
   }
   return o;
 }
@@ -83,6 +96,12 @@ flashattn::ForwardArgs ProblemData::forward_args(Outputs& o) const {
   a.out = bshd(o.out.data(), p_.dtype, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim);
   a.lse = static_cast<float*>(o.lse.data());
   a.causal = p_.causal;
+  if (p_.bias != "none") {  // stored [B, Hq, Nq, Nk] (PyTorch's attn_mask order)
+    const std::vector<int64_t> n = bias_sizes();
+    a.bias = flashattn::bhsd(static_cast<const void*>(bias_.data()), p_.dtype, n[0], n[1], n[2], n[3]);
+  }
+  a.dropout_p = p_.dropout;
+  a.dropout_seed = 0x5eed;
   return a;
 }
 
@@ -93,6 +112,10 @@ flashattn::BackwardArgs ProblemData::backward_args(Outputs& o) const {
   a.dq = bshd(o.dq.data(), p_.dtype, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim);
   a.dk = bshd(o.dk.data(), p_.dtype, p_.batch, p_.seqlen_k, p_.heads_k, p_.head_dim);
   a.dv = bshd(o.dv.data(), p_.dtype, p_.batch, p_.seqlen_k, p_.heads_k, p_.head_dim);
+  if (p_.dbias) {
+    const std::vector<int64_t> n = bias_sizes();
+    a.dbias = flashattn::bhsd(o.dbias.data(), p_.dtype, n[0], n[1], n[2], n[3]);
+  }
   return a;
 }
 

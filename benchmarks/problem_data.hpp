@@ -30,7 +30,7 @@ class Buffer {
 
 // Outputs of one implementation's run, dense bshd like the inputs; lse fp32 [B, Hq, Nq].
 struct Outputs {
-  Buffer out, lse, dq, dk, dv;
+  Buffer out, lse, dq, dk, dv, dbias;
 };
 
 // Inputs of a problem, contiguous bshd, values ~ N(0, 1) rounded to the dtype, fixed seed.
@@ -53,8 +53,11 @@ class ProblemData {
 
  private:
   ProblemData() = default;
+  // Returns the bias view's sizes [batch, seq, heads, dim] ([0, 0, 0, 0] without a bias).
+  std::vector<int64_t> bias_sizes() const;
+
   Problem p_;
-  Buffer q_, k_, v_, dout_;
+  Buffer q_, k_, v_, dout_, bias_;
 };
 
 // Returns the n elements of a dense buffer of dtype t as doubles.

@@ -62,7 +62,7 @@ void print_table(std::ostream& os, const std::vector<Result>& rs) {
     const Problem& p = r.c.problem;
     std::vector<std::string> row{r.c.impl, pass_name(p.pass), flashattn::dtype_name(p.dtype), std::to_string(p.batch),
                                  std::to_string(p.heads_q), std::to_string(p.heads_k), std::to_string(p.seqlen_q),
-                                 std::to_string(p.seqlen_k), std::to_string(p.head_dim), p.causal ? "causal" : "none",
+                                 std::to_string(p.seqlen_k), std::to_string(p.head_dim), p.mask_text(),
                                  tiles(r.c)};
     if (r.status != "ok") {
       row.insert(row.end(), {"-", "-", "-", "-", "-", "-", r.status});
@@ -106,6 +106,9 @@ nlohmann::ordered_json record(const Result& r) {
                         {"seqlen_k", p.seqlen_k},
                         {"head_dim", p.head_dim},
                         {"causal", p.causal},
+                        {"bias", p.bias},
+                        {"dbias", p.dbias},
+                        {"dropout", p.dropout},
                         {"block_q", r.c.block_q},
                         {"block_k", r.c.block_k},
                         {"threads", r.threads},

@@ -36,8 +36,8 @@ using F32In = F32ViewOf<const float>;
 size_t elems(const flashattn::ConstTensor& t) { return static_cast<size_t>(t.batch * t.seq * t.heads * t.dim); }
 
 void require_supported(const flashattn::AttentionArgs& a) {
-  if (a.cu_seqlens_q || a.softcap != 0 || a.alibi_slopes)
-    throw flashattn::Error("standard baseline: varlen, softcap and ALiBi are not supported");
+  if (a.cu_seqlens_q || a.softcap != 0 || a.alibi_slopes || flashattn::has_bias(a) || a.dropout_p != 0)
+    throw flashattn::Error("standard baseline: varlen, softcap, ALiBi, bias and dropout are not supported");
 }
 
 }  // namespace

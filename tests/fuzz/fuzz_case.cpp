@@ -150,7 +150,8 @@ int64_t side_count(const FuzzCase& c, const void* p) {
 // Returns the bytes from p to the end of the buffer holding it (0 if none holds it).
 size_t room_after(const FuzzCase& c, const void* p) {
   const auto x = reinterpret_cast<uintptr_t>(p);
-  for (const Buffer& b : c.buffers) {
+  for (const Buffer* bp : all_buffers(c)) {
+    const Buffer& b = *bp;
     const auto lo = reinterpret_cast<uintptr_t>(b.begin()), hi = reinterpret_cast<uintptr_t>(b.end());
     if (p != nullptr && x >= lo && x <= hi) return hi - x;
   }
@@ -465,6 +466,115 @@ void decode_inference(ByteReader& r, FuzzCase& c) {
   }
 }
 
+constexpr uint16_t kBiasDropoutMarker = 0x1F13;
+
+// Allocates `b` to exactly span view t (sizes > 0 or an empty view) and points t at it.
+void allocate_view(Buffer& b, Tensor& t) {
+  const bool has_elements = t.batch > 0 && t.seq > 0 && t.heads > 0 && t.dim > 0;
+  b.size = has_elements ? static_cast<size_t>((last_offset(t) + 1) * static_cast<int64_t>(dtype_size(t.dtype))) : 0;
+  b.bytes.reset(new unsigned char[b.size > 0 ? b.size : 1]);
+  t.data = b.begin();
+}
+
+// Returns a pointer the reader chooses: null, one byte into `own`, or somewhere in a buffer of the case.
+unsigned char* hostile_pointer(ByteReader& r, FuzzCase& c, const Buffer& own) {
+  switch (r.pick(3)) {
+    case 0: return nullptr;
+    case 1: return own.begin() + 1;
+    default: {
+      const std::vector<const Buffer*> all = all_buffers(c);
+      const Buffer& b = *all[r.pick(static_cast<unsigned>(all.size()))];
+      return b.begin() + (b.size ? r.take<uint16_t>() % (b.size + 1) : 0);
+    }
+  }
+}
+
+// The bias and dropout extension (docs/semantics.md, "Additive bias and dropout"), from bytes past
+// the inference extension, after the marker kBiasDropoutMarker: a bias (full, broadcast by size 1
+// over sequences and rows or over heads, or by stride 0) of any dtype with a few −∞ entries, its
+// dbias in a backward, dropout with a keep mask in a forward; then up to two hostile overwrites.
+// Sizes come from the base geometry (varlen: the packed lengths, upper bounds of every sequence's).
+void decode_bias_dropout(ByteReader& r, FuzzCase& c) {
+  if (r.empty() || r.take<uint16_t>() != kBiasDropoutMarker) return;
+  CallFields& a = c.args;
+  const int64_t nseq = c.varlen ? c.cu_q.count - 1 : c.batch;
+  const int64_t keys = a.block_table ? a.block_table_pages * a.k.seq : c.nk;
+  if (r.chance(160)) {
+    const int kind = static_cast<int>(r.pick(4));
+    const DType dt = static_cast<DType>(r.pick(3));
+    const int64_t b = kind == 0 || kind == 3 ? nseq : 1, n = kind == 1 ? 1 : c.nq, h = kind == 2 ? 1 : c.hq;
+    a.bias = bhsd(nullptr, dt, kind == 3 ? 1 : b, n, kind == 3 ? 1 : h, keys);
+    allocate_view(c.bias_buf, a.bias);
+    fill(c.bias_buf, dt, r.take<uint32_t>(), -kInputRange, kInputRange);
+    const size_t n_elems = c.bias_buf.size / dtype_size(dt);
+    for (int m = 0, inf = static_cast<int>(r.pick(4)); m < inf && n_elems > 0; ++m)
+      store_from_float(c.bias_buf.begin(), dt, r.take<uint16_t>() % static_cast<int64_t>(n_elems),
+                       -std::numeric_limits<float>::infinity());
+    if (kind == 3) {  // full sizes over one table
+      a.bias.batch = b, a.bias.heads = h;
+      a.bias.stride_batch = a.bias.stride_head = 0;
+    }
+    c.trace += " bias(kind " + std::to_string(kind) + ", dtype " + std::to_string(int(dt)) + ")";
+    if (c.backward && r.chance(200)) {
+      a.dbias = bshd(nullptr, static_cast<DType>(r.pick(3)), a.bias.batch, a.bias.seq, a.bias.heads, a.bias.dim);
+      allocate_view(c.dbias_buf, a.dbias);
+      c.trace += " dbias";
+    }
+  }
+  if (r.chance(128)) {
+    constexpr float kProbabilities[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    a.dropout_p = kProbabilities[r.pick(count_of(kProbabilities))];
+    a.dropout_seed = r.take<uint32_t>() * 0x9E3779B97F4A7C15ull;
+    a.dropout_offset = r.take<uint8_t>();
+    if (!c.backward) {
+      c.mask_buf.size = static_cast<size_t>(std::max<int64_t>(0, c.batch * c.hq * c.nq * ((keys + 7) / 8)));
+      c.mask_buf.bytes.reset(new unsigned char[c.mask_buf.size > 0 ? c.mask_buf.size : 1]);
+      a.dropout_mask = c.mask_buf.begin();
+    }
+    c.trace += " dropout(p " + std::to_string(a.dropout_p) + ")";
+  }
+  for (int m = 0, n = static_cast<int>(r.pick(3)); m < n; ++m) {
+    std::string& tr = c.trace;
+    switch (r.pick(6)) {
+      case 0: {
+        int64_t* sizes[] = {&a.bias.batch, &a.bias.seq, &a.bias.heads, &a.bias.dim};
+        int64_t& f = *sizes[r.pick(4)];
+        f = hostile_i64(r, f);
+        tr += " | a bias size=" + std::to_string(f);
+        break;
+      }
+      case 1: {
+        int64_t* strides[] = {&a.bias.stride_batch, &a.bias.stride_seq, &a.bias.stride_head};
+        int64_t& f = *strides[r.pick(3)];
+        f = hostile_i64(r, f);
+        tr += " | a bias stride=" + std::to_string(f);
+        break;
+      }
+      case 2:
+        a.bias.dtype = static_cast<DType>(r.take<uint8_t>());
+        tr += " | bias.dtype=" + std::to_string(int(a.bias.dtype));
+        break;
+      case 3:
+        if (r.chance(128)) {
+          a.bias.data = hostile_pointer(r, c, c.bias_buf);
+          tr += " | bias moved";
+        } else {
+          a.dbias.data = hostile_pointer(r, c, c.dbias_buf);
+          a.dbias.seq = hostile_i64(r, a.dbias.seq);
+          tr += " | dbias moved, seq=" + std::to_string(a.dbias.seq);
+        }
+        break;
+      case 4:
+        a.dropout_p = hostile_f32(r);
+        tr += " | dropout_p=" + std::to_string(a.dropout_p);
+        break;
+      default:
+        a.dropout_mask = hostile_pointer(r, c, c.mask_buf);
+        tr += " | dropout_mask moved";
+    }
+  }
+}
+
 // Returns whether validate() can read every side-array entry it would read for these arguments.
 bool side_arrays_readable(const FuzzCase& c) {
   const CallFields& a = c.args;
@@ -502,7 +612,15 @@ bool decode(const uint8_t* data, size_t size, FuzzCase& c) {
   for (uint8_t& x : c.config_choice) x = r.take<uint8_t>();
   c.base_bytes = r.position();
   decode_inference(r, c);
+  decode_bias_dropout(r, c);
   return side_arrays_readable(c);
+}
+
+std::vector<const Buffer*> all_buffers(const FuzzCase& c) {
+  std::vector<const Buffer*> r;
+  for (const Buffer& b : c.buffers) r.push_back(&b);
+  for (const Buffer* b : {&c.bias_buf, &c.dbias_buf, &c.mask_buf}) r.push_back(b);
+  return r;
 }
 
 bool inside_buffer(const FuzzCase& c, const void* p, int64_t bytes) {

@@ -5,7 +5,8 @@
 // one element past a view. Then up to kMaxMutations fields are overwritten with hostile values:
 // sizes (0, negative, 2^31, products that overflow int64), strides, null or misaligned pointers,
 // pointers into another buffer, invalid dtype values, cu_seqlens / seqlens_k entries, block-table
-// entries and geometry (paged K/V), sinks, dsinks, num_splits, a value head dim dv != d, window
+// entries and geometry (paged K/V), sinks, dsinks, num_splits, a value head dim dv != d, an additive
+// bias and its dbias (sizes, strides, dtype, pointers), dropout (p, the keep mask's pointer), window
 // values, non-finite scale / softcap / ALiBi slopes, special input values (NaN, inf, huge,
 // subnormal). Every pointer a case holds is null or points into (or one past) one of its buffers.
 #pragma once
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "flashattn/args.hpp"
 
@@ -65,7 +67,12 @@ struct CallFields : private AttentionArgs {
   using AttentionArgs::block_table;
   using AttentionArgs::block_table_stride;
   using AttentionArgs::block_table_pages;
+  using AttentionArgs::dropout_p;
+  using AttentionArgs::dropout_seed;
+  using AttentionArgs::dropout_offset;
   Tensor q, k, v, out, dout, dq, dk, dv;
+  Tensor bias, dbias;                 // bias: an input (a writable view only so mutations reach it alike)
+  uint8_t* dropout_mask = nullptr;    // forward output
   float* lse = nullptr;
   float* dsinks = nullptr;   // backward output
   int64_t num_splits = 0;    // forward option
@@ -75,7 +82,9 @@ struct CallFields : private AttentionArgs {
     ForwardArgs f;
     static_cast<AttentionArgs&>(f) = static_cast<const AttentionArgs&>(*this);
     f.q = q, f.k = k, f.v = v, f.out = out, f.lse = lse;
+    f.bias = bias;
     f.num_splits = num_splits;
+    f.dropout_mask = dropout_mask;
     return f;
   }
   // Returns the backward call (out and lse as inputs, dout, and the gradients).
@@ -83,6 +92,7 @@ struct CallFields : private AttentionArgs {
     BackwardArgs b = backward_args(forward());
     b.dout = dout, b.dq = dq, b.dk = dk, b.dv = dv;
     b.dsinks = dsinks;
+    b.dbias = dbias;
     return b;
   }
 };
@@ -95,6 +105,7 @@ struct FuzzCase {
   SideArray<float> alibi, sinks;
   SideArray<int32_t> block_table;
   SideArray<float> dsinks;  // the backward's dsinks output (an array like the side arrays)
+  Buffer bias_buf, dbias_buf, mask_buf;  // the bias, dbias and keep-mask extension's buffers
   // Whether the input values are moderate and finite and the numeric options untouched, so results
   // can be compared with the oracle (otherwise only "computes or throws, touches nothing else").
   bool tame = true;
@@ -110,8 +121,9 @@ struct FuzzCase {
 // Number of hostile field overwrites applied to a case at most.
 constexpr int kMaxMutations = 4;
 
-// Decodes `data` into `c`. The inference options (dv != d, paged K/V, sinks, dsinks, num_splits) are
-// decoded from bytes past everything else, so inputs written before they existed decode as before.
+// Decodes `data` into `c`. The inference options (dv != d, paged K/V, sinks, dsinks, num_splits), then
+// bias, dbias and dropout, are decoded from bytes past everything else, so inputs written before
+// they existed decode as before.
 // Decodes `data` into `c`. Returns false when the decoded case would make validate() itself read a
 // side array past its end (the documented lengths of cu_seqlens, seqlens_k and alibi_slopes are a
 // caller precondition validate() cannot check); such inputs are skipped.
@@ -119,5 +131,8 @@ bool decode(const uint8_t* data, size_t size, FuzzCase& c);
 
 // Returns whether [p, p + bytes) lies inside one buffer of the case.
 bool inside_buffer(const FuzzCase& c, const void* p, int64_t bytes);
+
+// Returns every tensor buffer of the case: the slots in order, then bias, dbias and the keep mask.
+std::vector<const Buffer*> all_buffers(const FuzzCase& c);
 
 }  // namespace flashattn::fuzz

@@ -97,6 +97,21 @@ bool fits(const FuzzCase& c) {
   }
   // dsinks must be the case's own [Hq] array (validate cannot know how long another buffer is).
   if (c.backward && a.dsinks && (a.dsinks != c.dsinks.data.get() || a.q.heads > c.dsinks.count)) return false;
+  // The bias as read (stride 0 in its size-1 dimensions), dbias and the keep mask inside buffers.
+  const ForwardArgs f = a.forward();
+  if (has_bias(f)) {
+    const ConstTensor b = bias_view(f);
+    const Tensor bt{const_cast<void*>(b.data), b.dtype, b.batch, b.seq, b.heads, b.dim, b.stride_batch, b.stride_seq, b.stride_head};
+    if (elements(bt) > kMaxElements) return false;
+    if (has_elements(bt) && !inside_buffer(c, b.data, span_bytes(bt))) return false;
+  }
+  if (c.backward && view_set(a.dbias)) {
+    if (elements(a.dbias) > kMaxElements) return false;
+    if (has_elements(a.dbias) && !inside_buffer(c, a.dbias.data, span_bytes(a.dbias))) return false;
+  }
+  if (!c.backward && a.dropout_mask && a.q.batch * a.q.heads * a.q.seq > 0 &&
+      !inside_buffer(c, a.dropout_mask, a.q.batch * a.q.heads * a.q.seq * dropout_mask_row_bytes(f)))
+    return false;
   const int64_t keys = a.block_table ? a.block_table_pages * a.k.seq : a.k.seq;  // paged: the pages' capacity
   const __int128 work = static_cast<__int128>(a.q.batch) * a.q.heads * a.q.seq * keys * (a.q.dim + a.v.dim);
   if (work > kMaxWork) return false;
@@ -108,7 +123,7 @@ using Snapshot = std::vector<std::vector<unsigned char>>;
 
 Snapshot snapshot(const FuzzCase& c) {
   Snapshot s;
-  for (const Buffer& b : c.buffers) s.emplace_back(b.begin(), b.end());
+  for (const Buffer* b : all_buffers(c)) s.emplace_back(b->begin(), b->end());
   auto side = [&s](const auto& arr) {
     const auto* p = reinterpret_cast<const unsigned char*>(arr.data.get());
     s.emplace_back(p, p + arr.count * sizeof(arr.data[0]));
@@ -126,12 +141,13 @@ Snapshot snapshot(const FuzzCase& c) {
 // Marks, per buffer, the bytes an output view (or lse) of this call may write.
 std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
   std::vector<std::vector<bool>> w;
-  for (const Buffer& b : c.buffers) w.emplace_back(b.size, false);
+  const std::vector<const Buffer*> buffers = all_buffers(c);
+  for (const Buffer* b : buffers) w.emplace_back(b->size, false);
   auto mark = [&](const void* p, int64_t bytes) {
     const auto x = reinterpret_cast<uintptr_t>(p);
-    for (size_t i = 0; i < c.buffers.size(); ++i) {
-      const auto lo = reinterpret_cast<uintptr_t>(c.buffers[i].begin());
-      if (x >= lo && x + bytes <= lo + c.buffers[i].size)
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const auto lo = reinterpret_cast<uintptr_t>(buffers[i]->begin());
+      if (x >= lo && x + bytes <= lo + buffers[i]->size)
         for (int64_t k = 0; k < bytes; ++k) w[i][x - lo + k] = true;
     }
   };
@@ -153,17 +169,20 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
     mark_view(a.dq);
     mark_view(a.dk);
     mark_view(a.dv);
+    if (view_set(a.dbias)) mark_view(a.dbias);
   } else {
     mark_view(a.out);
     if (a.lse) mark(a.lse, a.q.batch * a.q.heads * a.q.seq * 4);
+    if (a.dropout_mask) mark(a.dropout_mask, a.q.batch * a.q.heads * a.q.seq * dropout_mask_row_bytes(a.forward()));
   }
   return w;
 }
 
 void poison_outputs(const FuzzCase& c, const std::vector<std::vector<bool>>& writable) {
-  for (size_t i = 0; i < c.buffers.size(); ++i)
-    for (size_t k = 0; k < c.buffers[i].size; ++k)
-      if (writable[i][k]) c.buffers[i].begin()[k] = kPoison;
+  const std::vector<const Buffer*> buffers = all_buffers(c);
+  for (size_t i = 0; i < buffers.size(); ++i)
+    for (size_t k = 0; k < buffers[i]->size; ++k)
+      if (writable[i][k]) buffers[i]->begin()[k] = kPoison;
 }
 
 // Dies if any byte outside the writable set differs from the snapshot (all bytes when none is).
