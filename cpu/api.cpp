@@ -4,6 +4,7 @@
 
 #include "flashattn/append.hpp"
 #include "flashattn/cpu.hpp"
+#include "flashattn/dropout.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
@@ -34,19 +35,14 @@ detail::Plan plan_on(const AttentionArgs& a, const Config& c, bool backward, int
   return p;
 }
 
-}  // namespace
+// The plan of a validated backward call on `target`, with its dbias pass when dbias is requested.
+detail::Plan backward_plan(const BackwardArgs& a, const Config& c, int64_t target) {
+  detail::Plan p = plan_on(a, c, true, target);
+  p.dbias = view_set(a.dbias);
+  return p;
+}
 
-namespace detail {
-// Rejects what this backend does not compute yet (bias, dropout): an error, never a silent wrong result.
-void reject_not_yet(const AttentionArgs& a) {
-  if (has_bias(a)) throw Error("cpu: an additive bias is not supported yet");
-  if (a.dropout_p != 0) throw Error("cpu: dropout is not supported yet");
-}
-void reject_not_yet(const ForwardArgs& a) {
-  reject_not_yet(static_cast<const AttentionArgs&>(a));
-  if (a.dropout_mask) throw Error("cpu: dropout_mask is not supported yet");
-}
-}  // namespace detail
+}  // namespace
 
 // The general path (docs/semantics.md, Inference): validate everything, then write the appended
 // rows into the caches (apply_append), then attend. Paged K/V and sinks run in the kernels; dv != d
@@ -55,7 +51,6 @@ void reject_not_yet(const ForwardArgs& a) {
 // the thread count.
 void forward(const ForwardArgs& a, const Config& c) {
   validate(a);
-  detail::reject_not_yet(a);
   const int64_t target = choose_target(c);
   detail::check_config(c);  // a bad Config is rejected before the append writes the caches
   const AppendedCall call = apply_append(a);
@@ -66,20 +61,21 @@ void forward(const ForwardArgs& a, const Config& c) {
     if (detail::decode_applies(call.args, c, p)) {
       detail::decode_on_target(detail::hwy_target_of(target), call.args, p,
                                detail::make_decode_plan(call.args, c, p, call.args.num_splits));
+      write_dropout_mask(call.args);
       return;
     }
   }
   detail::forward_equal_dims(call.args, [&](const ForwardArgs& f) {
     detail::forward_on_target(detail::hwy_target_of(target), f, plan_on(f, c, false, target));
   });
+  write_dropout_mask(call.args);
 }
 
 void backward(const BackwardArgs& a, const Config& c) {
   validate(a);
-  detail::reject_not_yet(a);
   const int64_t target = choose_target(c);
   detail::backward_equal_dims(a, [&](const BackwardArgs& f) {
-    detail::backward_on_target(detail::hwy_target_of(target), f, plan_on(f, c, true, target));
+    detail::backward_on_target(detail::hwy_target_of(target), f, backward_plan(f, c, target));
   });
   detail::sink_gradients(a);
 }
@@ -113,7 +109,7 @@ size_t workspace_bytes(const BackwardArgs& a, const Config& c) {
   validate(a);
   BackwardArgs f = a;
   f.q.dim = f.k.dim = std::max(a.q.dim, a.v.dim);
-  const detail::Plan p = plan_on(f, c, true, choose_target(c));
+  const detail::Plan p = backward_plan(f, c, choose_target(c));
   return (static_cast<size_t>(p.threads) * detail::backward_scratch_floats(p) + detail::backward_partial_floats(p)) *
          sizeof(float);
 }

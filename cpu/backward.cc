@@ -30,6 +30,8 @@
 #include "hwy/highway.h"
 
 #include "bf16-inl.h"
+#include "bias-inl.h"
+#include "dropout-inl.h"
 #include "gemm-inl.h"
 #include "score-inl.h"
 #include "transpose-inl.h"
@@ -238,18 +240,21 @@ void PackHeadBf16(const AttentionArgs& a, const Plan& p, BackwardScratch& w, KvC
 // dS = scale · P∘(dP − D) [∘(1 − t²)] in fp32, then P and dS rounded to bf16 (as GPU flash kernels
 // and the naive model of the tolerance rule do) for dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K. `exact`:
 // an input of the tile is tiny (bf16-inl.h), so every product widens (vdpbf16ps would flush it).
+// With `drop`, dP and then P are dropped (DropoutTile), as in BackwardItem.
 void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t c0, int64_t nkb, bool exact,
-                      float scale) {
+                      float scale, const Dropout* drop) {
   const hn::ScalableTag<float> d;
   const int64_t ld = p.qpad, dp = p.dpad, dim = p.dim, d2 = ceil_div(dim, 2), ldh = ld / 2;
   const int64_t Wd = round_up(dim, static_cast<int64_t>(hn::Lanes(d)));
   const int64_t row_pairs = ceil_div(b.rows, 2);
-  const float* pt = b.pc + c0 * ld;
+  float* pt = b.pc + c0 * ld;
   const auto pairs = [](const float* f) { return reinterpret_cast<const uint32_t*>(f); };
   const uint32_t* ki = w.ki + (c0 / p.block_k) * ceil_div(p.block_k, 2) * dp;
   // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
   GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, pairs(b.dot), ld, d2, w.dpt, ld, false, nullptr, exact);
+  if (drop) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, *drop, w.zt);
   GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
+  if (drop) MulTile(d, pt, w.zt, ld, nkb, b.W);
   if (exact) {  // keeps subnormal P, dS
     RoundRowsToBf16Pairs(d, pt, ld, nkb, b.W, w.prow, ldh);     // Pᵀ rows, pairs of query rows
     RoundRowsToBf16Pairs(d, w.dpt, ld, nkb, b.W, w.srow, ldh);  // dSᵀ rows likewise
@@ -266,6 +271,61 @@ void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t 
   GemmBf16Pairs(dim, b.W, ki, 1, dp, w.scol, ld, ceil_div(nkb, 2), b.dqt, ld, true, nullptr, exact);
 }
 
+// Pass 1 of one tile (keys [c0, c1) x query block b, not empty): P = exp(S − LSE) into b's P cache
+// (S = Q·Kᵀ: Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose
+// tile has large scores, as in the forward; the score transforms of ts, the bias of sequence s and
+// query head h among them), tanh(S/softcap) beside it, and the row sums for self-normalisation.
+void RecomputeTile(const Plan& p, BackwardScratch& w, QueryBlock& b, const Rows& k,
+                   const ConstTensor& bias, TileScores& ts, int64_t s, int64_t h, int64_t c0, int64_t c1, TileKind kind,
+                   float kmax2, bool self_norm) {
+  const hn::ScalableTag<float> d;
+  const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
+  const int64_t ld = p.qpad, dim = p.dim, nkb = c1 - c0, d2 = ceil_div(dim, 2);
+  const bool bf16 = kBf16Path && p.bf16_dot;
+  const bool transform = ts.needs_transform();
+  const float fused_scale = transform ? 1.0f : ts.scale;  // as in the forward
+  const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  float* pt = b.pc + c0 * ld;
+  float* tt = b.tc ? b.tc + c0 * ld : nullptr;
+  ts.r0 = b.r0;
+  ts.c0 = c0;
+  if (p.bias) {
+    const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
+    ts.bias_bound = LoadBiasTile(d, bias, s, h, b.r0, b.rows, b.W, c0, nkb, w.brows, bias_ld(p), w.bt, ld, adaptive);
+  }
+  const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
+  const ConstMatrix qt{b.qt, dim, b.W, ld};            // Qᵀ [d x W]
+  if (!bf16 && exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
+    Gemm(dd, Matrix<double>{w.sd, nkb, b.W, ld}, kb, qt, Accumulate::no);
+    if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
+    if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+    ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
+  } else {
+    if (bf16) {  // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
+      GemmBf16Pairs(nkb, b.W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.qt), ld, d2, pt, ld, false,
+                    nullptr, w.ktiny[c0 / p.block_k] || b.tiny);
+    } else {
+      Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
+    }
+    if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
+    if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+    ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
+  }
+  if (self_norm) AddRowSums(pt, ld, nkb, b.W, b.rsum);
+}
+
+// Starts b's fp64 row sums with the sink's share exp(sink − LSE) (padded and empty rows: LSE = +∞
+// here, share 0), so renormalising keeps P summing to 1 − P_sink, not to 1.
+void StartRowSums(const BackwardArgs& a, const Plan& p, QueryBlock& b, int64_t h) {
+  for (int64_t x = 0; x < p.qpad; ++x) b.rsum[x] = a.sinks ? std::exp(static_cast<double>(a.sinks[h]) - b.lse[x]) : 0.0;
+}
+
+// Sets b's renormalisers r = 1/Σ_j P from its row sums; a row whose sum is 0 sees no key (its LSE
+// is +∞ here): r = 0 keeps its P at 0.
+void FinishRowSums(const Plan& p, QueryBlock& b) {
+  for (int64_t x = 0; x < p.qpad; ++x) b.rnorm[x] = b.rsum[x] > 0 ? static_cast<float>(1.0 / b.rsum[x]) : 0.0f;
+}
+
 // Computes dq of query head h of sequence s and its contribution to dk, dv of kv head h / group:
 // written to dk, dv when the group has one head, else as fp32 rows of `partial`. Query blocks go in
 // passes of p.pass_blocks consecutive blocks (never across an accumulation group): each pass walks
@@ -275,7 +335,6 @@ void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t 
 void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, int64_t s, int64_t h,
                   float* partial) {
   const hn::ScalableTag<float> d;
-  const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const Sequence seq = sequence(a, s);
   const Mask& mask = seq.mask;
@@ -287,7 +346,6 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   const bool self_norm = SelfNormalises(p);
   const bool bf16 = kBf16Path && p.bf16_dot;  // bf16 tile products, from the bf16 k, v rows
-  const int64_t d2 = ceil_div(dim, 2);
 
   Rows k, v;  // keys [0, nk) of the head as fp32 rows, or (bf16 tile products) packed in w
   if (nk > 0 && bf16) PackHeadBf16(a, p, w, held, seq, kvh);
@@ -302,9 +360,9 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
   ts.slope = alibi_slope(a, s, h);
-  const bool transform = ts.needs_transform();
-  const float fused_scale = transform ? 1.0f : scale;  // as in the forward
-  const float hidden = fused_scale < 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  ts.bias = p.bias ? w.bt : nullptr;
+  const ConstTensor bias = bias_view(a);
+  const Dropout drop = p.dropout ? MakeDropout(a, s, h) : Dropout{};
   for (int64_t qb0 = 0, qb1 = 0; qb0 < nqb; qb0 = qb1) {
     qb1 = std::min(qb0 + p.pass_blocks, nqb);
     if (grouped) {
@@ -321,58 +379,27 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       PrepareBlock(a, p, b, w.row, seq, h, qb0 + i, adaptive);
       pass_lo = std::min(pass_lo, b.kb_lo);
       pass_hi = std::max(pass_hi, b.key_hi);
-      // Row sums (fp64) start with the sink's share exp(sink − LSE) (padded and empty rows: LSE =
-      // +∞ here, share 0), so renormalising keeps P summing to 1 − P_sink, not to 1.
-      if (self_norm)
-        for (int64_t x = 0; x < ld; ++x) b.rsum[x] = a.sinks ? std::exp(static_cast<double>(a.sinks[h]) - b.lse[x]) : 0.0;
+      if (self_norm) StartRowSums(a, p, b, h);
     }
-    // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P caches (S = Q·Kᵀ:
-    // Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose tile
-    // has large scores, as in the forward); row sums for self-normalisation.
+    // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P caches; row sums for
+    // self-normalisation.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
-      const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
-      ts.c0 = c0;
+      const int64_t c1 = std::min(c0 + p.block_k, nk);
       if (!bf16) {
         for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
           prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
         }
       }
-      const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f;
+      const float kmax2 = adaptive ? MaxOf(w.knorm + c0, c1 - c0) : 0.0f;
       for (int64_t i = 0; i < nb; ++i) {
         QueryBlock& b = w.blk[i];
         if (c0 < b.kb_lo || c0 >= b.key_hi) continue;
         const TileKind kind = mask.classify(b.r0, b.r1, c0, c1);
         if (kind == TileKind::empty) continue;
-        float* pt = b.pc + c0 * ld;
-        float* tt = b.tc ? b.tc + c0 * ld : nullptr;
-        ts.r0 = b.r0;
-        const ConstMatrix qt{b.qt, dim, b.W, ld};  // Qᵀ [d x W]
-        if (!bf16 && exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
-          Gemm(dd, Matrix<double>{w.sd, nkb, b.W, ld}, kb, qt, Accumulate::no);
-          if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
-          if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
-          ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
-        } else {
-          if (bf16) {  // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
-            GemmBf16Pairs(nkb, b.W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.qt), ld, d2, pt, ld,
-                          false, nullptr, w.ktiny[c0 / p.block_k] || b.tiny);
-          } else {
-            Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
-          }
-          if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
-          if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
-          ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
-        }
-        if (self_norm) AddRowSums(pt, ld, nkb, b.W, b.rsum);
+        RecomputeTile(p, w, b, k, bias, ts, s, h, c0, c1, kind, kmax2, self_norm);
       }
     }
-    // A row whose sum is 0 sees no key (its LSE is +∞ here): r = 0 keeps its P at 0.
-    for (int64_t i = 0; i < nb && self_norm; ++i) {
-      const double* sum = w.blk[i].rsum;
-      float* r = w.blk[i].rnorm;
-      for (int64_t x = 0; x < ld; ++x) r[x] = sum[x] > 0 ? static_cast<float>(1.0 / sum[x]) : 0.0f;
-    }
+    for (int64_t i = 0; i < nb && self_norm; ++i) FinishRowSums(p, w.blk[i]);
     // Pass 2: the gradients, key blocks in the same order; per key block the pass's query blocks
     // in order.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
@@ -392,7 +419,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         if (c0 < b.kb_lo || c0 >= b.key_hi || mask.classify(b.r0, b.r1, c0, c1) == TileKind::empty) continue;
         float* pt = b.pc + c0 * ld;
         if (bf16) {  // never self-normalising (fp32 inputs only)
-          BackwardTileBf16(p, w, b, c0, nkb, w.ktiny[c0 / p.block_k] || b.tiny, scale);
+          BackwardTileBf16(p, w, b, c0, nkb, w.ktiny[c0 / p.block_k] || b.tiny, scale, p.dropout ? &drop : nullptr);
           continue;
         }
         if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
@@ -401,8 +428,11 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         const ConstMatrix dst{w.dpt, nkb, b.rows, ld};  // dSᵀ [nkb x rows]
         // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
         Gemm(d, dpt, vb, ConstMatrix{b.dot, dim, b.W, ld}, Accumulate::no);
+        // with dropout dP ∘= Z/(1 − p), and afterwards P̃ = P∘Z/(1 − p) for dV
+        if (p.dropout) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, drop, w.zt);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]
         GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
+        if (p.dropout) MulTile(d, pt, w.zt, ld, nkb, b.W);
         // dV += Pᵀ·dO  (dV[j][x] += Σ_i Pᵀ[j][i] · dO[i][x])
         Gemm(d, Matrix<float>{w.dvg + c0 * dp, nkb, Wd, dp}, ptile, ConstMatrix{b.dor, b.rows, Wd, dp}, Accumulate::yes);
         // dK += dSᵀ·Q  (dK[j][x] += Σ_i dSᵀ[j][i] · Q[i][x])
@@ -468,6 +498,111 @@ void SumGroup(const BackwardArgs& a, const Plan& p, const float* partial, float*
   }
 }
 
+// Work item it of the dbias pass: dbias rows [row0, row0 + rows) of dbias batch `batch` and head
+// `head`; with dbias.seq == 1 one item holds the (single) row of a (batch, head).
+struct DbiasRows {
+  int64_t batch = 0, head = 0, row0 = 0, rows = 1;
+};
+
+DbiasRows dbias_item(const Tensor& g, const Plan& p, int64_t it) {
+  const int64_t blocks = g.seq == 1 ? 1 : ceil_div(g.seq, p.block_q);
+  DbiasRows r;
+  r.batch = it / (g.heads * blocks);
+  r.head = (it / blocks) % g.heads;
+  r.row0 = g.seq == 1 ? 0 : (it % blocks) * p.block_q;
+  r.rows = g.seq == 1 ? 1 : std::min(p.block_q, g.seq - r.row0);
+  return r;
+}
+
+// Writes dbias rows `item` (docs/semantics.md, "dbias"): the sum of dS = P∘(dP̃∘Z/(1 − p) − D)
+// (before the softcap derivative and the scale) over every (sequence, query head, row) that reads
+// them, summed into fp32 rows in a fixed order — sequences, then heads, then query blocks, rows and
+// keys ascending — and rounded once. The item owns its rows, so the bits do not depend on the thread
+// count. P and dP are recomputed tile by tile exactly as the backward's pass 1 and dP product do
+// (RecomputeTile): 2 of the backward's 5 tile products again, only for the pairs that read the
+// item's rows. Elements no visible (row, key) reads stay 0.
+void DbiasItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, const DbiasRows& item) {
+  const hn::ScalableTag<float> d;
+  const Tensor& g = a.dbias;
+  const int64_t ld = p.qpad, dim = p.dim, kw = round_up(p.max_k, kMaxLanes), d2 = ceil_div(dim, 2);
+  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
+  const bool self_norm = SelfNormalises(p);
+  const bool bf16 = kBf16Path && p.bf16_dot;
+  const bool all_rows = g.seq == 1;
+  const ConstTensor bias = bias_view(a);
+  std::fill(w.dbias, w.dbias + item.rows * kw, 0.0f);
+  // The sequences and heads that read the item's elements: all of them along a broadcast dim.
+  const int64_t s0 = g.batch == 1 ? 0 : item.batch, s1 = g.batch == 1 ? p.sequences : item.batch + 1;
+  const int64_t h0 = g.heads == 1 ? 0 : item.head, h1 = g.heads == 1 ? a.q.heads : item.head + 1;
+  QueryBlock& b = w.blk[0];
+  for (int64_t s = s0; s < s1; ++s) {
+    const Sequence seq = sequence(a, s);
+    const Mask& mask = seq.mask;
+    const int64_t nk = mask.seqlen_k, nqb = ceil_div(mask.seqlen_q, p.block_q);
+    // Query blocks whose rows read the item's: every block, or the block of the item's rows.
+    const int64_t qb0 = all_rows ? 0 : item.row0 / p.block_q, qb1 = all_rows ? nqb : std::min(qb0 + 1, nqb);
+    if (nk == 0 || qb0 >= qb1) continue;
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t kvh = h / p.group;
+      Rows k, v;
+      if (bf16) PackHeadBf16(a, p, w, held, seq, kvh);
+      if (!bf16) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+      if (adaptive) RowSquaredNorms(d, k.data, k.ld, nk, dim, w.knorm);
+      TileScores ts;
+      ts.scale = effective_scale(a);
+      ts.diag = mask.diag();
+      ts.softcap = a.softcap;
+      ts.slope = alibi_slope(a, s, h);
+      ts.bias = w.bt;
+      const Dropout drop = p.dropout ? MakeDropout(a, s, h) : Dropout{};
+      for (int64_t qb = qb0; qb < qb1; ++qb) {
+        PrepareBlock(a, p, b, w.row, seq, h, qb, adaptive);
+        if (self_norm) StartRowSums(a, p, b, h);
+        for (int64_t pass = 0; pass < 2; ++pass) {  // P (and its row sums) first, then dS
+          if (pass == 1 && self_norm) FinishRowSums(p, b);
+          for (int64_t c0 = b.kb_lo; c0 < b.key_hi; c0 += p.block_k) {
+            const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
+            const TileKind kind = mask.classify(b.r0, b.r1, c0, c1);
+            if (kind == TileKind::empty) continue;
+            float* pt = b.pc + c0 * ld;
+            if (pass == 0) {
+              RecomputeTile(p, w, b, k, bias, ts, s, h, c0, c1, kind, adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f,
+                            self_norm);
+              continue;
+            }
+            if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
+            if (bf16) {  // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
+              GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.dot), ld, d2, w.dpt,
+                            ld, false, nullptr, w.ktiny[c0 / p.block_k] || b.tiny);
+            } else {
+              Gemm(d, Matrix<float>{w.dpt, nkb, b.W, ld}, row_block(v, c0, nkb, dim), ConstMatrix{b.dot, dim, b.W, ld},
+                   Accumulate::no);
+            }
+            if (p.dropout) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, drop, nullptr);
+            GradScores(d, pt, w.dpt, nullptr, ld, nkb, b.W, b.dd, 1.0f);  // P∘(dP − D)
+            for (int64_t j = 0; j < nkb; ++j) {
+              const float* ds = w.dpt + j * ld;
+              if (all_rows) {
+                float acc = w.dbias[c0 + j];
+                for (int64_t i = 0; i < b.rows; ++i) acc += ds[i];
+                w.dbias[c0 + j] = acc;
+              } else {
+                for (int64_t i = 0; i < b.rows; ++i) w.dbias[i * kw + c0 + j] += ds[i];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  const int64_t cols = std::min(g.dim, p.max_k);  // keys past every sequence's: no reader
+  for (int64_t r = 0; r < item.rows; ++r) {
+    const int64_t o = g.offset(item.batch, item.row0 + r, item.head);
+    store_row(g.data, g.dtype, o, cols, w.dbias + r * kw);
+    if (g.dim > cols) store_zero_row(g.data, g.dtype, o + cols, g.dim - cols);
+  }
+}
+
 }  // namespace
 
 // Runs the whole backward call on this target: work items (sequence, query head) are claimed
@@ -476,7 +611,7 @@ void SumGroup(const BackwardArgs& a, const Plan& p, const float* partial, float*
 void BackwardTarget(const BackwardArgs& a, const Plan& p) {
   const int64_t heads = a.q.heads;
   const int64_t items = p.sequences * heads;
-  if (items == 0) return;
+  if (items == 0 && !p.dbias) return;  // dbias is written (zeros) even when no sequence reads it
   const size_t floats = backward_scratch_floats(p);
   const size_t partial_floats = backward_partial_floats(p);
   float* partial = partial_floats ? call_scratch(partial_floats) : nullptr;
@@ -496,6 +631,16 @@ void BackwardTarget(const BackwardArgs& a, const Plan& p) {
         p.threads, p.sequences * a.k.heads, 1, [&] { return thread_scratch(floats); },
         [&](int64_t it, float* scratch) {
           SumGroup(a, p, partial, place<BackwardScratch>(scratch, p).row, it / a.k.heads, it % a.k.heads);
+        });
+  }
+  if (p.dbias) {  // the dbias pass: items own disjoint dbias rows
+    const Tensor& g = a.dbias;
+    const int64_t dbias_items = g.batch * g.heads * (g.seq == 1 ? 1 : ceil_div(g.seq, p.block_q));
+    ParallelFor(
+        p.threads, dbias_items, 1, [&] { return Thread{thread_scratch(floats), {}}; },
+        [&](int64_t it, Thread& t) {
+          BackwardScratch w = place<BackwardScratch>(t.scratch, p);
+          DbiasItem(a, p, w, t.held, dbias_item(g, p, it));
         });
   }
 }

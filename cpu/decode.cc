@@ -22,6 +22,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "dropout-inl.h"
 #include "exp-inl.h"
 #include "score-inl.h"
 #include "widen-inl.h"
@@ -42,6 +43,7 @@ struct RowInfo {
   int64_t kbeg = 0;  // first visible key
   int64_t kend = 0;  // one past the last visible key
   float slope = 0;   // ALiBi slope (0: off)
+  Dropout drop;      // its head's dropout (used when Plan::dropout)
 };
 
 // Where the rows of a work item and their outputs are.
@@ -107,11 +109,12 @@ void TileDotsExact(DD dd, const float* HWY_RESTRICT q, const float* HWY_RESTRICT
 }
 
 // The score transforms and mask of one row in fp32 (score-inl.h TransformScores / MaskScores, with
-// keys along the lanes): lanes [0, W) hold keys c0 + j; keys outside [kb, ke) and lanes past nk
-// become `hidden`.
+// keys along the lanes): lanes [0, W) hold keys c0 + j; `bias` (optional) the row's bias of the
+// same keys; keys outside [kb, ke) and lanes past nk become `hidden`.
 template <class D>
 void RowScores(D d, float* HWY_RESTRICT s, int64_t W, int64_t nk, int64_t c0, int64_t kb, int64_t ke, bool transform,
-               float scale, float softcap, float slope, int64_t i, int64_t diag, float hidden) {
+               float scale, float softcap, float slope, const float* HWY_RESTRICT bias, int64_t i, int64_t diag,
+               float hidden) {
   const hn::RebindToSigned<D> di;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const auto hid = hn::Set(d, hidden);
@@ -127,6 +130,7 @@ void RowScores(D d, float* HWY_RESTRICT s, int64_t W, int64_t nk, int64_t c0, in
         const auto dist = hn::Abs(hn::Sub(hn::Set(d, static_cast<float>(i + diag)), key));
         v = hn::NegMulAdd(hn::Set(d, slope), dist, v);
       }
+      if (bias) v = hn::Add(v, hn::Load(d, bias + w));
     }
     const auto lane = hn::Iota(di, static_cast<int32_t>(w));
     const auto vis = hn::And(hn::Lt(hn::Set(di, static_cast<int32_t>(lo - 1)), lane), hn::Lt(lane, hn::Set(di, static_cast<int32_t>(hi))));
@@ -137,7 +141,9 @@ void RowScores(D d, float* HWY_RESTRICT s, int64_t W, int64_t nk, int64_t c0, in
 // RowScores on the fp64 raw scores (TransformScoresExact / MaskScoresExact).
 template <class DD>
 void RowScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t W, int64_t nk, int64_t c0, int64_t kb, int64_t ke,
-                    bool transform, float scale, float softcap, float slope, int64_t i, int64_t diag, double hidden) {
+                    bool transform, float scale, float softcap, float slope, const float* HWY_RESTRICT bias, int64_t i,
+                    int64_t diag, double hidden) {
+  const hn::Rebind<float, DD> df;
   const int64_t lo = std::max<int64_t>(kb - c0, 0), hi = std::min<int64_t>(ke - c0, nk);
   const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
   const auto hid = hn::Set(dd, hidden);
@@ -154,6 +160,7 @@ void RowScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t W, int64_t nk, int64
         const auto dist = hn::Abs(hn::Sub(hn::Set(dd, static_cast<double>(i + diag)), key));
         v = hn::NegMulAdd(hn::Set(dd, static_cast<double>(slope)), dist, v);
       }
+      if (bias) v = hn::Add(v, hn::PromoteTo(dd, hn::LoadU(df, bias + w)));
     }
     const auto lane = hn::Iota(dd, static_cast<double>(w));
     const auto vis = hn::And(hn::Le(hn::Set(dd, static_cast<double>(lo)), lane), hn::Lt(lane, hn::Set(dd, static_cast<double>(hi))));
@@ -319,6 +326,7 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
     ri.kbeg = mask.key_begin(ri.i);
     ri.kend = mask.key_end(ri.i);
     ri.slope = alibi_slope(a, s, ri.h);
+    if (p.dropout) ri.drop = MakeDropout(a, s, ri.h);
     any_slope = any_slope || ri.slope != 0;
     max_slope = std::max(max_slope, std::fabs(ri.slope));
     float* qr = w.q + r * dp.dpad;
@@ -338,7 +346,8 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   const int64_t n = mask.seqlen_k;
   const int64_t key_lo = std::max(mask.rows_key_begin(0), split_begin(n, dp.splits, dp.block_k, c));
   const int64_t key_hi = std::min(mask.rows_key_end(nq), split_begin(n, dp.splits, dp.block_k, c + 1));
-  const bool transform = a.softcap > 0 || any_slope || scale == 0;
+  const bool transform = a.softcap > 0 || any_slope || scale == 0 || p.bias;
+  const ConstTensor bias = bias_view(a);
   // Without transforms the scale is fused into the exponent; hidden raw scores must then become
   // −∞ after multiplying by it.
   const float fused_scale = transform ? 1.0f : scale;
@@ -353,6 +362,19 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
     const int64_t c1 = std::min(c0 + dp.block_k, key_hi), nk = c1 - c0;
     const int64_t W = round_up(nk, L);
     LoadTile(a, seq, kvh, c0, c1, 2 * dp.block_k, key_hi, dp, w.kt, w.vt);
+    // The bias of the rows that see a key of the tile, lanes past nk zero; its largest finite entry
+    // joins the exact-score bound.
+    ts.bias_bound = 0.0f;
+    for (int64_t r = 0; r < R && p.bias; ++r) {
+      const RowInfo& ri = rows.info[r];
+      if (ri.kend <= c0 || c1 <= ri.kbeg) continue;
+      float* br = w.bias + r * kpad;
+      WidenRow(bias.data, bias.dtype, bias.offset(s, ri.i, ri.h) + c0, nk, br);
+      std::fill(br + nk, br + kpad, 0.0f);
+      for (int64_t j = 0; j < nk && adaptive; ++j) {
+        if (std::isfinite(br[j])) ts.bias_bound = std::max(ts.bias_bound, std::fabs(br[j]));
+      }
+    }
     bool exact = false;
     if (p.exact_scores) {
       float kmax2 = 0.0f;
@@ -373,17 +395,21 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
       const RowInfo& ri = rows.info[r];
       if (ri.kend <= c0 || c1 <= ri.kbeg) continue;  // sees no key of the tile: its state is unchanged
       float alpha;
+      const float* brow = p.bias ? w.bias + r * kpad : nullptr;
       if (exact) {
         double* sdr = w.sd + r * kpad;
         const int64_t Wd = round_up(nk, static_cast<int64_t>(hn::Lanes(dd)));
-        RowScoresExact(dd, sdr, Wd, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, ri.i, mask.diag(),
-                       static_cast<double>(hidden));
+        RowScoresExact(dd, sdr, Wd, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, brow, ri.i,
+                       mask.diag(), static_cast<double>(hidden));
         alpha = RowSoftmaxExact(dd, sdr, w.s + r * kpad, Wd, fused_scale, w.m[r], w.l[r]);
       } else {
         float* sr = w.s + r * kpad;
-        RowScores(d, sr, W, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, ri.i, mask.diag(),
+        RowScores(d, sr, W, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, brow, ri.i, mask.diag(),
                   hidden);
         alpha = RowSoftmax(d, sr, W, fused_scale, w.m[r], w.l[r]);
+      }
+      if (p.dropout) {  // after the softmax step: l and the LSE sum the undropped P
+        DropoutRow(w.s + r * kpad, c0, std::max(ri.kbeg, c0) - c0, std::min(ri.kend, c1) - c0, ri.i, ri.drop);
       }
       if (alpha != 1.0f) {
         float* o = w.o + r * dp.dvpad;

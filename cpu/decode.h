@@ -45,6 +45,7 @@ struct DecodePlan {
   int64_t dpad = 0;     // q/k head dim rounded up to kMaxLanes
   int64_t dvpad = 0;    // v head dim rounded up to kMaxLanes
   int64_t splits = 1;   // key chunks per (sequence, key/value head)
+  bool bias = false;    // an additive bias (each tile loads its rows' entries)
 };
 
 // Returns whether a validated forward call takes the decode path: Config.decode is on and every
@@ -79,6 +80,7 @@ struct DecodeScratch {
   float* m;       // [rows] running max
   float* l;       // [rows] running sum
   float* knorm;   // [block_k] squared norms of the tile's key rows (exact scores only)
+  float* bias;    // [rows x kpad] the tile's bias rows, keys along the lanes (DecodePlan::bias, else null)
   int64_t kpad;   // block_k rounded up to kMaxLanes
 
   DecodeScratch(Carver& c, const DecodePlan& dp, bool exact)
@@ -91,6 +93,7 @@ struct DecodeScratch {
         m(c.take<float>(dp.rows, kVectorAlign)),
         l(c.take<float>(dp.rows, kVectorAlign)),
         knorm(exact ? c.take<float>(dp.block_k, kVectorAlign) : nullptr),
+        bias(dp.bias ? c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
         kpad(round_up(dp.block_k, kMaxLanes)) {}
 };
 

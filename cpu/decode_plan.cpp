@@ -28,6 +28,7 @@ DecodePlan make_decode_plan(const ForwardArgs& a, const Config& c, const Plan& p
   const int64_t widest = std::max(dp.dpad, dp.dvpad);
   dp.block_k = c.block_k > 0 ? c.block_k : std::max<int64_t>(std::min<int64_t>(kDecodeBlockK, kDecodeTileFloats / widest), 1);
   dp.splits = requested_splits > 0 ? requested_splits : auto_splits(p.sequences, a.k.heads, p.max_k);
+  dp.bias = p.bias;
   return dp;
 }
 

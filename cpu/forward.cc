@@ -23,6 +23,8 @@
 #include "hwy/highway.h"
 
 #include "bf16-inl.h"
+#include "bias-inl.h"
+#include "dropout-inl.h"
 #include "gemm-inl.h"
 #include "score-inl.h"
 #include "transpose-inl.h"
@@ -86,7 +88,7 @@ void PackHeadBf16(const AttentionArgs& a, const Plan& p, ForwardScratch& w, KvCo
 
 // One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h) from the
 // head's packed K, V (PackHeadBf16): S = Q·Kᵀ, softmax as in ForwardItem, Pᵀ rounded to bf16 and
-// paired, O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel. The
+// paired (dropped first with `drop`), O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel. The
 // head's value pairs are keys (2t, 2t + 1): a block that starts at an odd key (under a window)
 // pairs its own values. A block that ends at an odd key before the sequence's last multiplies the
 // next key's value by a zero P (0·NaN = NaN for a NaN value there: damage within the row's
@@ -94,7 +96,7 @@ void PackHeadBf16(const AttentionArgs& a, const Plan& p, ForwardScratch& w, KvCo
 // as the oracle's own P·V does).
 void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, const Sequence& seq, int64_t kvh,
                      int64_t c0, int64_t nk, int64_t W, TileKind kind, bool transform, float fused_scale,
-                     float hidden, const TileScores& ts, bool q_tiny) {
+                     float hidden, const TileScores& ts, bool q_tiny, const Dropout* drop) {
   const hn::ScalableTag<float> d;
   const int64_t dim = p.dim, d2 = ceil_div(dim, 2), ld = p.qpad, c1 = c0 + nk;
   const bool tiny = q_tiny || w.tiny[c1] != w.tiny[c0];
@@ -116,6 +118,7 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
   if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
   OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
   RescaleColumns(d, w.ot, ld, p.dim, W, w.alpha);
+  if (drop) DropoutTile(d, w.st, ld, nk, W, c0, ts.r0, *drop, nullptr);
   if (tiny) {  // keeps subnormal P
     PackProbabilityPairs(d, w.st, ld, nk, W, w.pp);
   } else {
@@ -210,6 +213,10 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     ts.diag = mask.diag();
     ts.softcap = a.softcap;
     ts.slope = alibi_slope(a, s, h);
+    ts.bias = p.bias ? w.bt : nullptr;
+    const ConstTensor bias = bias_view(a);
+    // Dropout after the softmax step: l and the LSE sum the undropped P.
+    const Dropout drop = p.dropout ? MakeDropout(a, s, h) : Dropout{};
     const bool transform = ts.needs_transform();
     // Without transforms the scale is fused into the softmax; masked raw scores must then become −∞
     // after multiplying by it.
@@ -233,9 +240,13 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       // P = exp(S − m'), l' = l·α + rowsum(P): in fp64 up to the exponent for fp32 inputs whose
       // tile has large scores
       ts.c0 = c0;
+      if (p.bias) {
+        ts.bias_bound = LoadBiasTile(d, bias, s, h, r0, rows, W, c0, nk, w.brows, bias_ld(p), w.bt, ld, adaptive);
+      }
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nk) : 0.0f;
       if (kBf16Path && p.bf16_dot) {
-        ForwardTileBf16(a, p, w, seq, kvh, c0, nk, W, kind, transform, fused_scale, hidden, ts, q_tiny);
+        ForwardTileBf16(a, p, w, seq, kvh, c0, nk, W, kind, transform, fused_scale, hidden, ts, q_tiny,
+                        p.dropout ? &drop : nullptr);
         continue;
       }
       const ConstMatrix kblock = row_block(k, c0, nk, dim);  // K[c0, c1)
@@ -255,6 +266,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       }
       // O ·= α
       RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
+      if (p.dropout) DropoutTile(d, w.st, ld, nk, W, c0, r0, drop, nullptr);  // P̃ = P·Z/(1 − p)
       // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
       Gemm(d, ot, Transposed(row_block(v, c0, nk, dim)), st, Accumulate::yes);
     }

@@ -117,6 +117,8 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   p.sequences = nseq;
   p.heads_q = a.q.heads;
   p.softcap = a.softcap > 0;
+  p.bias = has_bias(a);
+  p.dropout = a.dropout_p > 0;
   p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim || a.block_table;
   // 16-bit results round far above the fp32 rounding of S; fp32 ones do not at large scores
   // (score-inl.h, "Exact scores").

@@ -100,6 +100,9 @@ struct Plan {
   ScorePrecision scores = ScorePrecision::adaptive;  // which tiles do (exact_tile)
   bool renormalize = true;  // backward: Config::renormalize
   bool bf16_dot = false;    // bf16 inputs on kTargetAvx3Bf16: bf16 tile products (bf16_dot.h), both passes
+  bool bias = false;        // an additive bias: tiles load theirs (bias-inl.h)
+  bool dropout = false;     // dropout_p > 0: P dropped per tile (dropout-inl.h)
+  bool dbias = false;       // backward: dbias is requested (the dbias pass, backward.cc)
   uint64_t call_id = 0;     // unique per call: invalidates per-thread caches of converted k, v
 };
 

@@ -41,14 +41,17 @@ struct TileScores {
   int64_t diag = 0;    // Mask::diag(): key aligned with query row 0
   float softcap = 0;   // > 0: S <- softcap·tanh(S/softcap)
   float slope = 0;     // != 0: S <- S − slope·|i + diag − j|
+  const float* bias = nullptr;  // set: S <- S + bias[j·ld + i], the tile's transposed bias (bias-inl.h)
+  float bias_bound = 0;         // largest finite |bias| of the tile (adaptive exact scores only)
 
-  // Returns whether the scores need the TransformScores pass. Without soft-capping and ALiBi the
-  // scale is fused into the exponent instead, except a zero scale: masked raw scores are made
-  // ±∞ before the product, and 0·∞ would be NaN.
-  bool needs_transform() const { return softcap > 0 || slope != 0 || scale == 0; }
+  // Returns whether the scores need the TransformScores pass. Without soft-capping, ALiBi and a
+  // bias the scale is fused into the exponent instead, except a zero scale: masked raw scores are
+  // made ±∞ before the product, and 0·∞ would be NaN.
+  bool needs_transform() const { return softcap > 0 || slope != 0 || scale == 0 || bias; }
 };
 
-// Turns raw q·k into scores: S = scale·st, then soft-capping, then ALiBi, on st[0, nk) x [0, W).
+// Turns raw q·k into scores: S = scale·st, then soft-capping, then ALiBi, then the bias, on
+// st[0, nk) x [0, W).
 // When `tanh_out` is set (backward with soft-capping) it receives t = tanh(S/softcap), from which
 // the derivative 1 − t² follows. (Without soft-capping and ALiBi the scale is fused into the
 // exponent instead: exp(scale·s − m) with one rounding, and this pass is skipped.)
@@ -82,6 +85,14 @@ HWY_INLINE void TransformScores(D d, float* HWY_RESTRICT st, int64_t ld, int64_t
         const auto dist = hn::Abs(hn::Add(row, hn::Set(d, static_cast<float>(ts.diag - (ts.c0 + j)))));
         float* s = st + j * ld + w;
         hn::Store(hn::NegMulAdd(slope, dist, hn::Load(d, s)), d, s);
+      }
+    }
+  }
+  if (ts.bias) {
+    for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t w = 0; w < W; w += L) {
+        float* s = st + j * ld + w;
+        hn::Store(hn::Add(hn::Load(d, s), hn::Load(d, ts.bias + j * ld + w)), d, s);
       }
     }
   }
@@ -214,14 +225,15 @@ inline float MaxOf(const float* HWY_RESTRICT v, int64_t n) {
 // Returns a bound on |S| over the tile rows [ts.r0, r1) x keys [ts.c0, c1): by Cauchy-Schwarz
 // |scale|·Σ_x|q_x·k_x| <= |scale|·‖q‖·‖k‖, which also bounds the fp32 rounding error of S (a multiple
 // of 2^-24 times it), plus the largest ALiBi bias (whose fp32 rounding grows with it). Soft-capping
-// only shrinks errors (tanh' <= 1). qmax2, kmax2: the largest squared row norms (MaxSquaredNorm).
+// only shrinks errors (tanh' <= 1); a bias likewise adds its largest finite entry (−∞ entries
+// hide keys exactly). qmax2, kmax2: the largest squared row norms (MaxSquaredNorm).
 inline float TileScoreBound(const TileScores& ts, float qmax2, float kmax2, int64_t r1, int64_t c1) {
   float bound = std::fabs(ts.scale) * std::sqrt(qmax2) * std::sqrt(kmax2);
   if (ts.slope != 0) {
     const int64_t near = std::abs(ts.r0 + ts.diag - (c1 - 1)), far = std::abs(r1 - 1 + ts.diag - ts.c0);
     bound += std::fabs(ts.slope) * static_cast<float>(std::max(near, far));
   }
-  return bound;
+  return bound + ts.bias_bound;
 }
 
 // ---- Exact scores (fp32 inputs) -------------------------------------------------------------
@@ -250,7 +262,7 @@ HWY_INLINE hn::Vec<hn::Rebind<float, DD>> ExpOfDouble(DD dd, hn::Vec<DD> x) {
   return hn::MulAdd(e, lo, e);
 }
 
-// Scores from the fp64 raw tile, in fp64: soft-capping then ALiBi of S = scale·s, like
+// Scores from the fp64 raw tile, in fp64: soft-capping, ALiBi, then the bias of S = scale·s, like
 // TransformScores (which see); tanh_out (fp32) receives t = tanh(S/softcap) when set.
 template <class DD>
 HWY_INLINE void TransformScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t ld, int64_t nk, int64_t W,
@@ -276,6 +288,7 @@ HWY_INLINE void TransformScoresExact(DD dd, double* HWY_RESTRICT sd, int64_t ld,
         const auto dist = hn::Abs(hn::Add(row, hn::Set(dd, static_cast<double>(ts.diag - (ts.c0 + j)))));
         sv = hn::NegMulAdd(slope, dist, sv);
       }
+      if (ts.bias) sv = hn::Add(sv, hn::PromoteTo(dd, hn::LoadU(df, ts.bias + j * ld + w)));
       hn::Store(sv, dd, s);
     }
   }

@@ -64,6 +64,16 @@ inline double* take_exact_score_tile(Carver& c, const Plan& p) {
 }
 inline float* take_key_norms(Carver& c, const Plan& p) { return p.exact_scores ? c.take<float>(p.max_k) : nullptr; }
 
+// The regions both passes have with an additive bias (bias-inl.h), else null: the tile's bias
+// rows widened [qpad x bias_ld(p)], and transposed like the score tile [block_k x qpad].
+inline int64_t bias_ld(const Plan& p) { return round_up(p.block_k, kMaxLanes); }
+inline float* take_bias_rows(Carver& c, const Plan& p) {
+  return p.bias ? c.take<float>(p.qpad * bias_ld(p), kVectorAlign) : nullptr;
+}
+inline float* take_bias_tile(Carver& c, const Plan& p) {
+  return p.bias ? c.take<float>(p.block_k * p.qpad, kVectorAlign) : nullptr;
+}
+
 // One forward work item's scratch. Grows with threads·tile·d (+ max_k with exact scores).
 struct ForwardScratch {
   double* sd;     // [block_k x qpad] raw Sᵀ in fp64 (exact scores only, else null)
@@ -87,6 +97,9 @@ struct ForwardScratch {
   uint32_t* vt;   // [ceil(block_k/2) x dpad] one key block's values as pairs of its keys, for a
                   // block that starts at an odd key
   uint32_t* pp;   // [ceil(block_k/2) x qpad] Pᵀ rounded to bf16, pairs of consecutive keys
+  // With an additive bias (Plan::bias), else null:
+  float* brows;   // [qpad x bias_ld] the tile's bias rows in fp32
+  float* bt;      // [block_k x qpad] the tile's bias, transposed (TileScores::bias)
 
   ForwardScratch(Carver& c, const Plan& p)
       : sd(take_exact_score_tile(c, p)),
@@ -105,7 +118,9 @@ struct ForwardScratch {
         vp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.max_k, 2) * p.dpad, kVectorAlign) : nullptr),
         tiny(p.bf16_dot ? c.take<int32_t>(p.max_k + 1) : nullptr),
         vt(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.dpad, kVectorAlign) : nullptr),
-        pp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.qpad, kVectorAlign) : nullptr) {}
+        pp(p.bf16_dot ? c.take<uint32_t>(ceil_div(p.block_k, 2) * p.qpad, kVectorAlign) : nullptr),
+        brows(take_bias_rows(c, p)),
+        bt(take_bias_tile(c, p)) {}
 };
 
 // One query block's operands and state in the backward: the inputs of its tile products, its dQ
@@ -178,6 +193,11 @@ struct BackwardScratch {
   uint32_t* prow;  // [block_k x qpad/2] Pᵀ rounded to bf16, pairs of consecutive query rows (dV)
   uint32_t* srow;  // [block_k x qpad/2] dSᵀ likewise (dK)
   uint32_t* scol;  // [ceil(block_k/2) x qpad] dSᵀ rounded to bf16, pairs of consecutive keys (dQ)
+  // With an additive bias (Plan::bias), else null: as in ForwardScratch.
+  float* brows;    // [qpad x bias_ld] the tile's bias rows in fp32
+  float* bt;       // [block_k x qpad] the tile's bias, transposed
+  float* zt;       // [block_k x qpad] the tile's dropout factors Z/(1 − p) (Plan::dropout), else null
+  float* dbias;    // [qpad x round_up(max_k, kMaxLanes)] fp32 dbias rows of a dbias item (Plan::dbias), else null
 
   BackwardScratch(Carver& c, const Plan& p) {
     sd = take_exact_score_tile(c, p);
@@ -200,6 +220,10 @@ struct BackwardScratch {
     prow = pairs(p.block_k * p.qpad / 2);
     srow = pairs(p.block_k * p.qpad / 2);
     scol = pairs(k2 * p.qpad);
+    brows = take_bias_rows(c, p);
+    bt = take_bias_tile(c, p);
+    zt = p.dropout ? c.take<float>(p.block_k * p.qpad, kVectorAlign) : nullptr;
+    dbias = p.dbias ? c.take<float>(p.qpad * round_up(p.max_k, kMaxLanes), kVectorAlign) : nullptr;
   }
 };
 

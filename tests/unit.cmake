@@ -15,6 +15,7 @@ add_executable(flashattn_unit
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_varlen.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_accepts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_inference.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_bias_dropout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_api.cpp)
 target_link_libraries(flashattn_unit PRIVATE flashattn::reference doctest::doctest)
 target_compile_options(flashattn_unit PRIVATE -Wall -Wextra)
@@ -22,5 +23,10 @@ target_compile_options(flashattn_unit PRIVATE -Wall -Wextra)
 if(TARGET flashattn::cpu)
   target_link_libraries(flashattn_unit PRIVATE flashattn::cpu)
   target_compile_definitions(flashattn_unit PRIVATE FLASHATTN_UNIT_HAS_CPU)
+  # The CPU's bias, dropout and dbias, judged against the oracle by the tolerance rule.
+  if(TARGET flashattn_tolerance)
+    target_sources(flashattn_unit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_bias_dropout.cpp)
+    target_link_libraries(flashattn_unit PRIVATE flashattn_tolerance)
+  endif()
 endif()
 doctest_discover_tests(flashattn_unit TEST_PREFIX "unit/")
