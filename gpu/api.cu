@@ -26,6 +26,7 @@ namespace detail {
 namespace {
 
 constexpr int64_t kMaxGridYZ = 65535;   // CUDA's limit on gridDim.y and gridDim.z
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;  // and on gridDim.x
 constexpr int64_t kVectorAlign = 16;    // bytes: cp.async moves 16-byte row chunks
 constexpr int64_t kMaxSeqIndex = int64_t{1} << 31;
 
@@ -172,13 +173,12 @@ void check_gpu(const AttentionArgs& a, int64_t dv, bool backward, const float* l
                std::initializer_list<NamedTensor> tensors) {
   const std::string why = unsupported_reason(a.q.dtype, a.q.dim, dv, backward);
   if (!why.empty()) throw Error(why);
-  if (has_bias(a)) fail("gpu: an additive bias is not supported yet");
-  if (a.dropout_p != 0) fail("gpu: dropout is not supported yet");
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   for (const NamedTensor& t : tensors) check_gpu_layout(t.tensor, t.name);
   for (const NamedTensor& t : tensors) check_device_pointer(t.tensor.data, t.name);
   check_device_pointer(lse, "lse");
+  check_device_pointer(a.bias.data, "bias");  // read per element: no alignment beyond its dtype's
 }
 
 // Scratch memory allocated and freed in stream order.
@@ -233,7 +233,7 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   check_gpu(a, append ? ap.v_cache.dim : a.v.dim, false, a.lse, nseq,
             {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}, {ap.k_cache, "append.k_cache"},
              {ap.v_cache, "append.v_cache"}, {ap.k_new, "append.k_new"}, {ap.v_new, "append.v_new"}});
-  if (a.dropout_mask) fail("gpu: dropout_mask is not supported yet");
+  check_device_pointer(a.dropout_mask, "dropout_mask");
   check_device_pointer(ap.rotary_cos, "append.rotary_cos");
   check_device_pointer(ap.rotary_sin, "append.rotary_sin");
 
@@ -259,7 +259,8 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   const Extents e = extents(call_host);
   if (e.max_q == 0) return;
   ForwardParams p;
-  fill(p, call, e.nseq);
+  fill(p, call, e.nseq, a.dropout_mask ? dropout_mask_row_bytes(host) : 0);
+  if (p.dropout_mask) launch_dropout_mask(p, e.max_q, stream);
   dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;
@@ -287,10 +288,12 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
             {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"}, {a.dout, "dout"}, {a.dq, "dq"}, {a.dk, "dk"},
              {a.dv, "dv"}});
   check_device_pointer(a.dsinks, "dsinks");
-  if (e.max_k_rows == 0 && e.max_q == 0 && !a.dsinks) return;
-
+  check_device_pointer(a.dbias.data, "dbias");
   BackwardParams p;
   fill(p, a, e.nseq);
+  if (dbias_blocks(p) > kMaxGridX) fail("dbias needs ", dbias_blocks(p), " blocks, above the CUDA grid limit ", kMaxGridX);
+  if (e.max_k_rows == 0 && e.max_q == 0 && !a.dsinks && !p.dbias.data) return;
+
   DeviceBuffer dot(sizeof(float) * dot_count(a), stream);
   DeviceBuffer dq_accum(deterministic ? 0 : sizeof(float) * dq_accum_count(a), stream);
   p.dot = dot.get();
@@ -303,6 +306,7 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
     using T = typename decltype(tag)::type;
     launch_dot<T>(p, e.max_q, stream);                 // D = rowsum(dO∘O)
     if (p.dsinks) launch_dsinks(p, stream);            // dsinks from D and LSE
+    if (p.dbias.data) launch_dbias<T>(p, stream);      // dbias from D and LSE, no atomics
     launch_backward<D, DV, T>(p, e.max_k_rows, stream);  // dK, dV (and dQ_accum by atomics)
     if (deterministic)
       launch_dq<D, DV, T>(p, e.max_q, stream);         // dQ per query block, no atomics

@@ -1,14 +1,16 @@
 // The fused backward kernel: one CTA per (key block, key/value head, sequence). K and V of the
 // block stay in shared memory; Q, dO, LSE and D = rowsum(dO∘O) of each query block stream through
 // a double-buffered cp.async pipeline. Per query block, recomputing P from LSE (never stored):
-//   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D)·softcap',
-//   dV += Pᵀ·dO, dK += dSᵀ·Q, and (atomic mode) dQ_accum += scale·dS·K with fp32 atomics.
+//   Sᵀ = K·Qᵀ (plus the bias), dPᵀ = V·dOᵀ, Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·softcap',
+//   dV += (Pᵀ∘Z)·dO (times 1/(1 − p) at the end), dK += dSᵀ·Q, and (atomic mode) dQ_accum +=
+//   scale·dS·K with fp32 atomics; Z: the dropout keep decisions (all 1 without dropout).
 // dK and dV sum over the query heads of the GQA group inside the block: no atomics, so they are
 // bitwise repeatable; dQ is repeatable only through the separate dq kernel (deterministic mode).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
 #include "tile.cuh"
@@ -37,7 +39,10 @@ __device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) 
   return r;
 }
 
-template <int D, int DV, class T>
+// kExtras: the bias and dropout code is compiled in. The launcher picks the variant without it for
+// calls that use neither, so they keep the registers they had before those features (with them the
+// d = 32 and d = 64 kernels reach 255 registers and spill; docs/gpu.md).
+template <int D, int DV, class T, bool kExtras>
 __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     backward_kernel(const BackwardParams p, const bool atomic_dq) {
   using Tr = BackwardTraits<D, DV>;
@@ -129,23 +134,29 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     mma_abt<D, Br>(acc_s, sK + slab * kMmaRows * KL::kStride, KL::kStride, tQ, QL::kStride, lane);
     mma_abt<DV, Br>(acc_dp, sV + slab * kMmaRows * VL::kStride, VL::kStride, tdO, OL::kStride, lane);
 
-    // Pᵀ = exp(mask(transform(scale·Sᵀ)) − LSE);  dSᵀ = Pᵀ∘(dPᵀ − D)·(1 − tanh²) for soft-capping.
+    // Pᵀ = exp(mask(bias + transform(scale·Sᵀ)) − LSE);  dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·(1 − tanh²)
+    // for soft-capping; Pᵀ∘Z stays for dV.
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
+    const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
+    const bool dropout = kExtras && p.dropout_p > 0;
+    const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0, lane)
+                                  : ~0u;
 #pragma unroll
     for (int nb = 0; nb < kQTiles; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int il = nb * kMmaCols + 2 * t + e % 2;  // query row within the block
         const int64_t i = i0 + il, j = key[e / 2];
-        float th;
-        const float x = score(acc_s[nb][e], i, j, th);
+        float th = 0;
         const float lse = tLse[il];
         const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j)));
-        const float pr = seen ? exp2f(x - lse * kLog2e) : 0.0f;
-        float ds = pr * (acc_dp[nb][e] - tDot[il]);
+        const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, kExtras ? bias(i, j) : 0.0f, th) - lse * kLog2e) : 0.0f;
+        const bool kept = (keep >> (4 * nb + e)) & 1u;
+        const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
+        float ds = pr * (dp - tDot[il]);
         if (p.softcap > 0) ds *= 1.0f - th * th;
-        acc_s[nb][e] = pr;
+        acc_s[nb][e] = kept ? pr : 0.0f;
         acc_dp[nb][e] = ds;
       }
 
@@ -215,7 +226,9 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   }
   cp_async_wait<0>();
 
-  // Epilogue: dK = scale·acc_dk, dV = acc_dv for the block's keys (zero for keys past seqlen_k).
+  // Epilogue: dK = scale·acc_dk, dV = acc_dv (times 1/(1 − p) with dropout) for the block's keys
+  // (zero for keys past seqlen_k).
+  const float dv_scale = kExtras && p.dropout_p > 0 ? p.dropout_scale : 1.0f;
   T* dk = static_cast<T*>(p.dk.data);
   T* dv = static_cast<T*>(p.dv.data);
 #pragma unroll
@@ -230,7 +243,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
 #pragma unroll
     for (int nd = 0; nd < kVColTiles; ++nd)
       *reinterpret_cast<uint32_t*>(vrow + vcol0 + nd * kMmaCols + 2 * t) =
-          Elem<T>::pack(acc_dv[nd][2 * r], acc_dv[nd][2 * r + 1]);
+          Elem<T>::pack(dv_scale * acc_dv[nd][2 * r], dv_scale * acc_dv[nd][2 * r + 1]);
   }
 }
 

@@ -1,12 +1,14 @@
 // The deterministic dQ kernel: one CTA per (query block, query head, sequence), no atomics. Like the
 // forward, Q and dO stay in shared memory and K/V tiles stream through a double-buffered pipeline;
 // per key tile, recomputing P from LSE:
-//   S = Q·Kᵀ, dP = dO·Vᵀ, P = exp(S − LSE), dS = P∘(dP − D)·softcap', dQ += dS·K.
+//   S = Q·Kᵀ (plus the bias), dP = dO·Vᵀ, P = exp(S − LSE), dS = P∘(dP∘Z/(1 − p) − D)·softcap',
+//   dQ += dS·K (Z: the dropout keep decisions, all 1 without dropout).
 // Every dQ element is summed by one thread in a fixed order, so results are bitwise repeatable.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
 #include "tile.cuh"
@@ -59,6 +61,8 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
   cp_async_commit();
 
   const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const BiasRows bias(p, s, h);
+  const DropoutStream drop(p, s, h);
   const int64_t row[2] = {r0 + warp * kMmaRows + g, r0 + warp * kMmaRows + g + 8};
   float lse2[2], dot[2];  // LSE in the log2 domain (+inf: the row sees no key, P = 0) and D
 #pragma unroll
@@ -89,18 +93,22 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     mma_abt<D, Bc>(acc_s, sQ + warp * kMmaRows * QL::kStride, QL::kStride, tK, KL::kStride, lane);
     mma_abt<DV, Bc>(acc_dp, sdO + warp * kMmaRows * OL::kStride, OL::kStride, tV, VL::kStride, lane);
 
-    // P = exp(mask(transform(scale·S)) − LSE);  dS = P∘(dP − D)·(1 − tanh²) for soft-capping.
-    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full;
+    // P = exp(mask(bias + transform(scale·S)) − LSE);  dS = P∘(dP∘Z/(1 − p) − D)·(1 − tanh²) for
+    // soft-capping. A block with rows past the sequence tests every tile: those rows read no bias.
+    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
+    const bool dropout = p.dropout_p > 0;
+    const uint32_t keep = dropout ? keep_mask_rows<kNTiles>(drop, row, c0, lane) : ~0u;
 #pragma unroll
     for (int nb = 0; nb < kNTiles; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
-        float th;
-        const float x = score(acc_s[nb][e], i, j, th);
-        const bool seen = !partial || m.visible(i, j);
-        const float pr = seen ? exp2f(x - lse2[e / 2]) : 0.0f;
-        float ds = pr * (acc_dp[nb][e] - dot[e / 2]);
+        float th = 0;
+        const bool seen = !partial || (i < m.seqlen_q && m.visible(i, j));
+        const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
+        const bool kept = (keep >> (4 * nb + e)) & 1u;
+        const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
+        float ds = pr * (dp - dot[e / 2]);
         if (p.softcap > 0) ds *= 1.0f - th * th;
         acc_dp[nb][e] = ds;
       }

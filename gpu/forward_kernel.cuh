@@ -2,12 +2,15 @@
 // with split-KV, each split taking a consecutive slice of the key tiles. The Q tile stays in shared
 // memory; K/V tiles (contiguous or paged) stream through a double-buffered cp.async pipeline;
 // S = Q·Kᵀ and O += P·V run on tensor cores (mma.sync m16n8k16); the online softmax lives in
-// registers and starts from the attention sink when there is one (split 0 only). Writes O (rounded
-// to nearest even) and LSE, or with split-KV the fp32 partials that the combine kernel merges.
+// registers and starts from the attention sink when there is one (split 0 only). The additive bias
+// joins each visible score; dropout zeroes dropped P entries before P·V (the row sums keep the
+// undropped P) and the epilogue scales O by 1/(1 − p). Writes O (rounded to nearest even) and LSE,
+// or with split-KV the fp32 partials that the combine kernel merges.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
 #include "tile.cuh"
@@ -68,6 +71,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   cp_async_commit();
 
   ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const BiasRows bias(p, s, h);
+  const DropoutStream drop(p, s, h);
   const int64_t row[2] = {r0 + slab * kMmaRows + g, r0 + slab * kMmaRows + g + 8};  // this thread's rows
   // Running max (log2 domain) and this thread's share of the running sum; the sink is a key of
   // score sinks[h] and value 0 that every row sees: it starts both (counted once per quad).
@@ -95,8 +100,9 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     float acc_s[kNTiles][4] = {};
     mma_abt<D, Bc>(acc_s, sQ + slab * kMmaRows * QL::kStride, QL::kStride, tK, KL::kStride, lane);
 
-    // S ← mask(alibi(softcap(scale·S))) in the log2 domain; per-element test only on partial tiles.
-    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full;
+    // S ← mask(bias + alibi(softcap(scale·S))) in the log2 domain; per-element test only on partial
+    // tiles (a block with rows past the sequence tests every tile: those rows read no bias).
+    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nb = 0; nb < kNTiles; ++nb)
@@ -104,8 +110,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
         float th;
-        float x = score(acc_s[nb][e], i, j, th);
-        if (partial && !m.visible(i, j)) x = -INFINITY;
+        const bool seen = !partial || (i < m.seqlen_q && m.visible(i, j));
+        const float x = seen ? score(acc_s[nb][e], i, j, bias(i, j), th) : -INFINITY;
         acc_s[nb][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
       }
@@ -131,6 +137,16 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
       }
     }
 
+    // Dropout: P·Z enters P·V (1/(1 − p) is applied to O in the epilogue).
+    if (p.dropout_p > 0) {
+      const uint32_t keep = keep_mask_rows<kNTiles>(drop, row, c0, lane);
+#pragma unroll
+      for (int nb = 0; nb < kNTiles; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!((keep >> (4 * nb + e)) & 1u)) acc_s[nb][e] = 0.0f;
+    }
+
     // O += P·V (P rounded to T, from registers; this warp's O columns)
 #pragma unroll
     for (int ks = 0; ks < kNTiles / 2; ++ks) {
@@ -149,7 +165,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   }
   cp_async_wait<0>();  // no copy may outlive the block (only the Q copy when no tile was visited)
 
-  // Epilogue: O = acc / sum (0 for rows that saw no key), LSE = ln(sum) + max (−inf for those rows).
+  // Epilogue: O = acc / sum (0 for rows that saw no key), times 1/(1 − p) with dropout; LSE = ln(sum)
+  // + max (−inf for those rows).
   // Split-KV writes both in fp32 to the partials instead.
   const bool partials = p.num_splits > 1;
   T* out = static_cast<T*>(p.out.data);
@@ -157,7 +174,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   for (int r = 0; r < 2; ++r) {
     const float sum = quad_sum(row_sum[r]);
     const bool empty = row_max[r] == -INFINITY;
-    const float inv = empty ? 0.0f : 1.0f / sum;
+    const float inv = empty ? 0.0f : (p.dropout_p > 0 ? p.dropout_scale : 1.0f) / sum;
     if (row[r] >= m.seqlen_q) continue;
     const float lse = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
     const int64_t li = lse_index(p, si, h, row[r]);

@@ -12,6 +12,7 @@
 #include "flashattn/problem.hpp"
 #include "append.cuh"
 #include "params.cuh"
+#include "traits.cuh"
 
 namespace flashattn::gpu::detail {
 
@@ -45,13 +46,24 @@ inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
   p.block_table = a.block_table;
   p.block_table_stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
   p.page_size = a.block_table ? a.k.seq : 0;
+  if (has_bias(a)) {
+    p.bias = view(bias_view(a));
+    p.bias_dtype = a.bias.dtype;
+  }
+  p.dropout_p = a.dropout_p;
+  p.dropout_scale = a.dropout_p > 0 ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+  p.dropout_threshold = dropout_threshold(a.dropout_p);
+  p.dropout_seed = a.dropout_seed;
+  p.dropout_offset = a.dropout_offset;
 }
 
-// Fills the forward parameter block.
-inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq) {
+// Fills the forward parameter block; mask_row_bytes: dropout_mask_row_bytes of the (host) call.
+inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq, int64_t mask_row_bytes) {
   fill_common(p, a, nseq);
   p.out = view(a.out);
   p.lse = a.lse;
+  p.dropout_mask = a.dropout_mask;
+  p.mask_row_bytes = mask_row_bytes;
 }
 
 // The longest query and key-row counts over the sequences of a validated host copy.
@@ -80,6 +92,19 @@ inline void fill(BackwardParams& p, const BackwardArgs& a, int64_t nseq) {
   p.dk = view(a.dk);
   p.dv = view(a.dv);
   p.dsinks = a.dsinks;
+  if (view_set(a.dbias)) {
+    p.dbias = view(a.dbias);
+    p.dbias_dtype = a.dbias.dtype;
+    p.dbias_batch = a.dbias.batch;
+    p.dbias_seq = a.dbias.seq;
+    p.dbias_heads = a.dbias.heads;
+    p.dbias_dim = a.dbias.dim;
+  }
+}
+
+// Returns the x blocks of the dbias kernel's grid (key blocks × dbias rows; 0 without dbias).
+inline int64_t dbias_blocks(const BackwardParams& p) {
+  return (p.dbias_dim + kThreadsPerBlock - 1) / kThreadsPerBlock * p.dbias_seq;
 }
 
 // ---- KV-cache append (docs/semantics.md, "Appending to a KV cache") ------------------------------

@@ -40,8 +40,8 @@ void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t s
 template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream) {
   using Tr = BackwardTraits<D, DV>;
-  launch(backward_kernel<D, DV, T>, ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes, stream,
-         p, p.dq_accum != nullptr);
+  launch(uses_extras(p) ? backward_kernel<D, DV, T, true> : backward_kernel<D, DV, T, false>,
+         ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes, stream, p, p.dq_accum != nullptr);
 }
 
 template <int D, int DV, class T>

@@ -37,6 +37,13 @@ void launch_dq_convert(const BackwardParams& p, int64_t max_seqlen_q, cudaStream
 template <class T>
 void launch_combine(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
+// Writes p.dropout_mask (keep bits) for every row and query head.
+void launch_dropout_mask(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
+// Writes every element of p.dbias (p.dot must hold D).
+template <class T>
+void launch_dbias(const BackwardParams& p, cudaStream_t stream);
+
 // Writes p.dsinks (p.dot must hold D) for every query head.
 void launch_dsinks(const BackwardParams& p, cudaStream_t stream);
 

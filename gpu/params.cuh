@@ -8,8 +8,11 @@
 #include "emu/emu.hpp"
 #endif
 
+#include "flashattn/args.hpp"
 #include "flashattn/mask.hpp"
+#include "flashattn/philox.hpp"
 #include "flashattn/problem.hpp"
+#include "mma.cuh"
 
 namespace flashattn::gpu::detail {
 
@@ -51,6 +54,14 @@ struct CommonParams {
   // block_table[s * block_table_stride + j / page_size]. null: contiguous K/V.
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0, page_size = 0;
+  // Additive bias: element (s, i, h, j) at bias.offset(s, i, h) + j (stride 0 in broadcast
+  // dimensions, flashattn::bias_view), of dtype bias_dtype. null data: no bias.
+  ConstView bias;
+  DType bias_dtype = DType::f32;
+  // Dropout (docs/semantics.md, "Dropout"): on when dropout_p > 0; dropout_scale = 1/(1 − p).
+  float dropout_p = 0, dropout_scale = 1;
+  uint32_t dropout_threshold = 0;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 // The forward adds its outputs.
@@ -65,6 +76,8 @@ struct ForwardParams : CommonParams {
   int64_t part_rows = 0;  // B·Hq·q_seq: rows of one split's partials
   float* o_part = nullptr;
   float* lse_part = nullptr;
+  uint8_t* dropout_mask = nullptr;  // keep bits [B·Hq·q_seq][mask_row_bytes] or null
+  int64_t mask_row_bytes = 0;
 };
 
 // The backward adds the forward's output and LSE and dO (inputs), the gradients and fp32 scratch.
@@ -75,6 +88,10 @@ struct BackwardParams : CommonParams {
   float* dot = nullptr;       // scratch D = rowsum(dO∘O), laid out like lse
   float* dq_accum = nullptr;  // scratch fp32 dQ [B or 1, q_seq, heads_q, dim] contiguous, or null
   float* dsinks = nullptr;    // [heads_q] or null (needs sinks)
+  // d loss / d bias with bias's sizes (its own strides and dtype), or null data.
+  View dbias;
+  DType dbias_dtype = DType::f32;
+  int64_t dbias_batch = 0, dbias_seq = 0, dbias_heads = 0, dbias_dim = 0;
 };
 
 // One sequence as the kernels see it: the shared flashattn::Sequence.
@@ -99,6 +116,41 @@ __device__ inline int64_t key_offset(const CommonParams& p, const ConstView& vie
 __device__ inline int64_t lse_index(const CommonParams& p, const SeqInfo& si, int64_t h, int64_t i) {
   return (si.batch * p.heads_q + h) * p.q_seq + si.q_start + i;
 }
+
+// Returns the fp32 value of element `offset` of a 16-bit or fp32 array of dtype `dtype`.
+__device__ inline float load_widened(const void* data, DType dtype, int64_t offset) {
+  if (dtype == DType::f32) return static_cast<const float*>(data)[offset];
+  if (dtype == DType::f16) return Elem<__half>::to_float(static_cast<const __half*>(data)[offset]);
+  return Elem<__nv_bfloat16>::to_float(static_cast<const __nv_bfloat16*>(data)[offset]);
+}
+
+// Stores x rounded to nearest even as element `offset` of an array of dtype `dtype`.
+__device__ inline void store_narrowed(void* data, DType dtype, int64_t offset, float x) {
+  if (dtype == DType::f32)
+    static_cast<float*>(data)[offset] = x;
+  else if (dtype == DType::f16)
+    static_cast<__half*>(data)[offset] = Elem<__half>::from_float(x);
+  else
+    static_cast<__nv_bfloat16*>(data)[offset] = Elem<__nv_bfloat16>::from_float(x);
+}
+
+// The bias entries of one (sequence, query head): row i, key j within the sequence. Reads nothing
+// (returns 0) without a bias.
+struct BiasRows {
+  const void* data = nullptr;  // at element (s, 0, h, 0)
+  DType dtype = DType::f32;
+  int64_t base = 0, stride_seq = 0;
+
+  __device__ BiasRows(const CommonParams& p, int64_t s, int64_t h)
+      : data(p.bias.data), dtype(p.bias_dtype), base(p.bias.offset(s, 0, h)), stride_seq(p.bias.stride_seq) {}
+  __device__ float operator()(int64_t i, int64_t j) const {
+    return data ? load_widened(data, dtype, base + i * stride_seq + j) : 0.0f;
+  }
+};
+
+// Returns whether a call uses the additive bias or dropout: the kernels templated on kExtras then
+// run their variant with that code compiled in.
+__host__ __device__ inline bool uses_extras(const CommonParams& p) { return p.bias.data != nullptr || p.dropout_p > 0; }
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
 __device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {

@@ -1,11 +1,13 @@
-// Launchers of the row-wise kernels (rowwise.cuh) and of the KV-cache append (append.cuh),
-// instantiated for both dtypes.
+// Launchers of the row-wise kernels (rowwise.cuh), of the dbias kernel (dbias_kernel.cuh) and of the
+// KV-cache append (append.cuh), instantiated for both dtypes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "check.hpp"
 #include "launch.hpp"
 #include "append.cuh"
+#include "dbias_kernel.cuh"
+#include "host_params.hpp"
 #include "rowwise.cuh"
 
 namespace flashattn::gpu::detail {
@@ -39,6 +41,22 @@ void launch_combine(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t s
   check_cuda(cudaGetLastError(), "combine kernel launch");
 }
 
+void launch_dropout_mask(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
+  if (max_seqlen_q == 0 || p.num_sequences == 0 || p.heads_q == 0) return;
+  dropout_mask_kernel<<<row_grid(p, max_seqlen_q), kThreadsPerBlock, 0, stream>>>(p);
+  check_cuda(cudaGetLastError(), "dropout mask kernel launch");
+}
+
+template <class T>
+void launch_dbias(const BackwardParams& p, cudaStream_t stream) {
+  const int64_t blocks = dbias_blocks(p);
+  if (blocks == 0 || p.dbias_heads == 0 || p.dbias_batch == 0) return;
+  dbias_kernel<T><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.dbias_heads),
+                         static_cast<unsigned>(p.dbias_batch)),
+                    kThreadsPerBlock, 0, stream>>>(p);
+  check_cuda(cudaGetLastError(), "dbias kernel launch");
+}
+
 void launch_dsinks(const BackwardParams& p, cudaStream_t stream) {
   if (p.heads_q == 0) return;
   dsinks_kernel<<<p.heads_q, kThreadsPerBlock, kThreadsPerBlock * sizeof(double), stream>>>(p);
@@ -68,5 +86,7 @@ template void launch_dot<__half>(const BackwardParams&, int64_t, cudaStream_t);
 template void launch_dot<__nv_bfloat16>(const BackwardParams&, int64_t, cudaStream_t);
 template void launch_dq_convert<__half>(const BackwardParams&, int64_t, cudaStream_t);
 template void launch_dq_convert<__nv_bfloat16>(const BackwardParams&, int64_t, cudaStream_t);
+template void launch_dbias<__half>(const BackwardParams&, cudaStream_t);
+template void launch_dbias<__nv_bfloat16>(const BackwardParams&, cudaStream_t);
 
 }  // namespace flashattn::gpu::detail

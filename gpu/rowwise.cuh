@@ -1,6 +1,6 @@
 // The small row-wise kernels, for any head dim: the split-KV combine after the forward kernel;
 // D = rowsum(dO∘O) before the fused backward kernel, the rounding of the fp32 dQ accumulator to the
-// output dtype after it, and the sink gradients.
+// output dtype after it, the sink gradients and the dropout keep-mask output.
 #pragma once
 
 #include "params.cuh"
@@ -90,6 +90,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock) combine_kernel(const Forward
     o[x] = Elem<T>::from_float(acc * inv);
   }
   if (p.lse && lane == 0) p.lse[li] = mx == -INFINITY ? -INFINITY : mx + logf(wsum);
+}
+
+// The keep-mask row of (row, query head), one warp per row, a byte per lane at a time: bit w of byte
+// j8 is the keep decision of key 8·j8 + w below the sequence's key count, 0 past it (the layout of
+// flashattn::write_dropout_mask).
+__global__ void __launch_bounds__(kThreadsPerBlock) dropout_mask_kernel(const ForwardParams p) {
+  const WarpRow w = warp_row(p);
+  if (!w.valid) return;
+  const SeqInfo& si = w.si;
+  const uint64_t stream = dropout_stream(p.dropout_offset, si.index, p.heads_q, w.h);
+  uint8_t* row = p.dropout_mask + lse_index(p, si, w.h, w.i) * p.mask_row_bytes;
+  for (int64_t j8 = w.lane; j8 < p.mask_row_bytes; j8 += kWarpSize) {
+    const int64_t valid = si.mask.seqlen_k - 8 * j8;
+    const uint32_t bits = valid > 0 ? dropout_keep_bits(p.dropout_seed, stream, w.i, j8, p.dropout_threshold) : 0u;
+    row[j8] = static_cast<uint8_t>(valid >= 8 ? bits : bits & ((1u << (valid > 0 ? valid : 0)) - 1u));
+  }
 }
 
 // dsinks[h] = −Σ over every row i of every sequence of exp(sink_h − LSE_i)·D_i (D = p.dot, rows

@@ -50,14 +50,15 @@ __device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int v
   load_rows<Rows, D>(dst, [&](int r) { return src + r * src_stride; }, src, valid_rows, tid, nthreads);
 }
 
-// The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping and
-// ALiBi of docs/semantics.md, times log2(e). `tanh_out` receives tanh(S/softcap) (for the backward's
-// derivative; 0 when soft-capping is off). Masking is applied by the caller.
+// The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping,
+// ALiBi and additive bias of docs/semantics.md, times log2(e). `tanh_out` receives tanh(S/softcap)
+// (for the backward's derivative; 0 when soft-capping is off). Masking is applied by the caller,
+// who reads the bias only for visible elements.
 struct ScoreTransform {
   float scale = 1, softcap = 0, slope = 0;
   int64_t diag = 0;  // Mask::diag(): seqlen_k - seqlen_q + diagonal_offset of the sequence
 
-  __device__ float operator()(float acc, int64_t i, int64_t j, float& tanh_out) const {
+  __device__ float operator()(float acc, int64_t i, int64_t j, float bias, float& tanh_out) const {
     float s = acc * scale;
     tanh_out = 0;
     if (softcap > 0) {
@@ -68,7 +69,7 @@ struct ScoreTransform {
       const int64_t dist = i + diag - j;
       s -= slope * static_cast<float>(dist < 0 ? -dist : dist);
     }
-    return s * kLog2e;
+    return (s + bias) * kLog2e;
   }
 };
 

@@ -224,7 +224,7 @@ struct DeviceArrays {
   }
 };
 
-size_t lse_count(const flashattn::AttentionArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
+size_t lse_entries(const flashattn::AttentionArgs& a) { return static_cast<size_t>(flashattn::lse_count(a)); }
 
 void gpu_forward(const ForwardArgs& a) {
   flashattn::validate(a);  // host arrays: the device copy below assumes a valid call
@@ -232,37 +232,43 @@ void gpu_forward(const ForwardArgs& a) {
   DeviceTensor q("q", a.q), k("k", a.k), v("v", a.v), out("out", a.out), kc("append.k_cache", ap.k_cache),
       vc("append.v_cache", ap.v_cache), kn("append.k_new", ap.k_new), vn("append.v_new", ap.v_new);
   const size_t rotary = static_cast<size_t>(ap.rotary_positions * (ap.rotary_dim / 2));
-  DeviceArray<float> lse("lse", a.lse, lse_count(a)), cos("append.rotary_cos", ap.rotary_cos, rotary),
+  DeviceArray<float> lse("lse", a.lse, lse_entries(a)), cos("append.rotary_cos", ap.rotary_cos, rotary),
       sin("append.rotary_sin", ap.rotary_sin, rotary);
+  DeviceTensor bias("bias", a.bias);
+  DeviceArray<uint8_t> mask("dropout_mask", a.dropout_mask,
+                            a.dropout_mask ? lse_entries(a) * static_cast<size_t>(flashattn::dropout_mask_row_bytes(a)) : 0);
   DeviceArrays arrays(a);
   ForwardArgs d = a;
-  d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.lse = lse.dev();
+  d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.lse = lse.dev(), d.dropout_mask = mask.dev();
+  if (flashattn::has_bias(a)) d.bias = bias.dev;
   d.append.k_cache = kc.dev, d.append.v_cache = vc.dev, d.append.k_new = kn.dev, d.append.v_new = vn.dev;
   d.append.rotary_cos = cos.dev(), d.append.rotary_sin = sin.dev();
   arrays.point(d);
   flashattn::gpu::forward(d);
   cuda_ok(cudaDeviceSynchronize(), "forward");
   q.finish(false), k.finish(false), v.finish(false), kn.finish(false), vn.finish(false), arrays.finish();
-  cos.finish(false), sin.finish(false);
-  out.finish(true), lse.finish(true), kc.finish(true), vc.finish(true);
+  cos.finish(false), sin.finish(false), bias.finish(false);
+  out.finish(true), lse.finish(true), kc.finish(true), vc.finish(true), mask.finish(true);
 }
 
 void gpu_backward(const BackwardArgs& a, bool deterministic) {
   flashattn::validate(a);
   DeviceTensor q("q", a.q), k("k", a.k), v("v", a.v), out("out", a.out), dout("dout", a.dout), dq("dq", a.dq),
-      dk("dk", a.dk), dv("dv", a.dv);
-  DeviceArray<float> lse("lse", a.lse, lse_count(a)),
+      dk("dk", a.dk), dv("dv", a.dv), bias("bias", a.bias), dbias("dbias", a.dbias);
+  DeviceArray<float> lse("lse", a.lse, lse_entries(a)),
       dsinks("dsinks", a.dsinks, a.dsinks ? static_cast<size_t>(a.q.heads) : 0);
   DeviceArrays arrays(a);
   BackwardArgs d = a;
   d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.dout = dout.dev, d.lse = lse.dev();
   d.dq = dq.dev, d.dk = dk.dev, d.dv = dv.dev, d.dsinks = dsinks.dev();
+  if (flashattn::has_bias(a)) d.bias = bias.dev;
+  if (flashattn::view_set(a.dbias)) d.dbias = dbias.dev;
   arrays.point(d);
   flashattn::gpu::backward(d, nullptr, deterministic);
   cuda_ok(cudaDeviceSynchronize(), "backward");
   q.finish(false), k.finish(false), v.finish(false), out.finish(false), dout.finish(false), lse.finish(false);
-  arrays.finish();
-  dq.finish(true), dk.finish(true), dv.finish(true), dsinks.finish(true);
+  bias.finish(false), arrays.finish();
+  dq.finish(true), dk.finish(true), dv.finish(true), dsinks.finish(true), dbias.finish(true);
 }
 
 std::string gpu_unsupported(const props::Case& c) { return flashattn::gpu::unsupported_reason(c.dtype, c.dim); }

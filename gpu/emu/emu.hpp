@@ -103,6 +103,17 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float x, int lane_mask) {
   return r;
 }
 
+// Returns the value of x in lane src_lane of the warp.
+inline uint32_t __shfl_sync(unsigned /*mask*/, uint32_t x, int src_lane) {
+  emu::WarpExchange& w = emu::warp_exchange();
+  const int l = emu::lane();
+  w.word[l][0] = x;
+  emu::sync_warp();
+  const uint32_t r = w.word[src_lane % 32][0];
+  emu::sync_warp();
+  return r;
+}
+
 // Single OS thread: a plain add is atomic.
 inline float atomicAdd(float* p, float v) {
   const float old = *p;

@@ -1,6 +1,6 @@
 // Entry points of the host emulator: the same orchestration as api.cu (validate; append kernels
-// and the plain call; forward kernel and split-KV combine; D pre-pass, dsinks, dK/dV kernel with
-// atomic dQ or the deterministic dQ kernel), with every launch replaced by emu::launch over the same
+// and the plain call; dropout keep mask, forward kernel and split-KV combine; D pre-pass, dsinks,
+// dbias, dK/dV kernel with atomic dQ or the deterministic dQ kernel), with every launch replaced by emu::launch over the same
 // grids and host vectors as scratch.
 #include "emu/emu_api.hpp"
 
@@ -9,8 +9,8 @@
 
 #include "append.cuh"
 #include "backward_kernel.cuh"
+#include "dbias_kernel.cuh"
 #include "dq_kernel.cuh"
-#include "flashattn/error.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
 #include "forward_kernel.cuh"
@@ -35,6 +35,8 @@ void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
   const int splits = split_count(call, e, Tr::kBr, Tr::kBc);
   std::vector<float> partials(partial_count(call, splits));
   set_partials(p, call, splits, partials.data());
+  if (p.dropout_mask)
+    emu::launch(dropout_mask_kernel, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
   emu::launch(forward_kernel<D, DV, T>, grid(ceil_div(e.max_q, Tr::kBr) * splits, p.heads_q, e.nseq), kThreadsPerBlock,
               Tr::kSmemBytes, p);
   if (splits > 1)
@@ -46,8 +48,10 @@ void run_backward(const BackwardParams& p, const Extents& e, bool deterministic)
   using Tr = BackwardTraits<D, DV>;
   emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
   if (p.dsinks) emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
-  emu::launch(backward_kernel<D, DV, T>, grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), kThreadsPerBlock,
-              Tr::kSmemBytes, p, !deterministic);
+  if (p.dbias.data) emu::launch(dbias_kernel<T>, grid(dbias_blocks(p), p.dbias_heads, p.dbias_batch), kThreadsPerBlock, 0, p);
+  emu::launch(uses_extras(p) ? backward_kernel<D, DV, T, true> : backward_kernel<D, DV, T, false>,
+              grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), kThreadsPerBlock, Tr::kSmemBytes, p,
+              !deterministic);
   if (deterministic)
     emu::launch(dq_kernel<D, DV, T>, grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq),
                 kThreadsPerBlock, DqTraits<D, DV>::kSmemBytes, p);
@@ -89,15 +93,8 @@ std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward) {
   return "gpu: head dims d = " + std::to_string(d) + ", dv = " + std::to_string(dv) + " are not supported";
 }
 
-// Rejects what the kernels do not compute yet (bias, dropout), as api.cu's check_gpu does.
-static void reject_not_yet(const AttentionArgs& a, bool mask) {
-  if (has_bias(a)) throw Error("gpu: an additive bias is not supported yet");
-  if (a.dropout_p != 0 || mask) throw Error("gpu: dropout is not supported yet");
-}
-
 void forward(const ForwardArgs& a) {
   validate(a);
-  reject_not_yet(a, a.dropout_mask != nullptr);
   const bool append = a.append.used();
   const int64_t dv = append ? a.append.v_cache.dim : a.v.dim;
   if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty()) return;
@@ -118,7 +115,7 @@ void forward(const ForwardArgs& a) {
   const Extents e = extents(call);
   if (e.max_q == 0) return;
   ForwardParams p;
-  fill(p, call, e.nseq);
+  fill(p, call, e.nseq, a.dropout_mask ? dropout_mask_row_bytes(a) : 0);
   dispatch<false>(a.q.dim, dv, a.q.dtype, [&](auto d, auto v, auto t) {
     run_forward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, call, e);
   });
@@ -126,7 +123,6 @@ void forward(const ForwardArgs& a) {
 
 void backward(const BackwardArgs& a, bool deterministic) {
   validate(a);
-  reject_not_yet(a, false);
   const Extents e = extents(a);
   if (!unsupported(a.q.dtype, a.q.dim, a.v.dim, true).empty()) return;
   BackwardParams p;
