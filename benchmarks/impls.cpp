@@ -70,6 +70,7 @@ class StandardRunner : public Runner {
  public:
   std::string name() const override { return "standard"; }
   std::string refuse(const Case& c, const RunSettings& s) const override {
+    if (c.problem.bias != "none" || c.problem.dropout != 0) return "no bias or dropout in the materialised baseline";
     const double need = static_cast<double>(bytes_for(c.problem));
     if (need <= s.memory_budget) return "";
     return "out of memory: needs " + gib(need) + " of N² buffers > budget " + gib(s.memory_budget) + " (--mem-limit)";
