@@ -498,7 +498,12 @@ void decode_bias_dropout(ByteReader& r, FuzzCase& c) {
   if (r.empty() || r.take<uint16_t>() != kBiasDropoutMarker) return;
   CallFields& a = c.args;
   const int64_t nseq = c.varlen ? c.cu_q.count - 1 : c.batch;
-  const int64_t keys = a.block_table ? a.block_table_pages * a.k.seq : c.nk;
+  // Keys per sequence (the bias's dim): the pages' capacity when the table's fields are still sane
+  // (an earlier overwrite may have made them hostile: then the base length, which validation will
+  // reject as a mismatch), else the base length.
+  int64_t keys = c.nk;
+  if (a.block_table && a.block_table_pages >= 0 && a.block_table_pages <= 64 && a.k.seq >= 0 && a.k.seq <= 64)
+    keys = a.block_table_pages * a.k.seq;
   if (r.chance(160)) {
     const int kind = static_cast<int>(r.pick(4));
     const DType dt = static_cast<DType>(r.pick(3));
