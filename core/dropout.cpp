@@ -1,7 +1,6 @@
 // The dropout keep mask output (see flashattn/dropout.hpp).
 #include "flashattn/dropout.hpp"
 
-#include <algorithm>
 #include <cstdint>
 
 #include "flashattn/philox.hpp"
@@ -19,11 +18,8 @@ void write_dropout_mask(const ForwardArgs& a) {
       const uint64_t stream = dropout_stream(a.dropout_offset, s, a.q.heads, h);
       for (int64_t i = 0; i < seq.mask.seqlen_q; ++i) {
         uint8_t* row = a.dropout_mask + lse_index(a, seq, h, i) * row_bytes;
-        for (int64_t j8 = 0; j8 < row_bytes; ++j8) {
-          const int64_t valid = std::clamp<int64_t>(seq.mask.seqlen_k - 8 * j8, 0, 8);
-          const uint32_t bits = valid > 0 ? dropout_keep_bits(a.dropout_seed, stream, i, j8, threshold) : 0u;
-          row[j8] = static_cast<uint8_t>(bits & ((1u << valid) - 1u));
-        }
+        for (int64_t j8 = 0; j8 < row_bytes; ++j8)
+          row[j8] = dropout_mask_byte(a.dropout_seed, stream, i, j8, threshold, seq.mask.seqlen_k);
       }
     }
   }

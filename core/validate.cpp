@@ -121,16 +121,7 @@ void check_sinks(const AttentionArgs& a) {
 void check_bias(const AttentionArgs& a, int64_t nseq) {
   if (!has_bias(a)) return;
   const ConstTensor& b = a.bias;
-  if (b.dtype != DType::f32 && b.dtype != DType::f16 && b.dtype != DType::bf16)
-    fail("bias.dtype (", static_cast<int>(b.dtype), ") is not a DType (f32, f16, bf16)");
-  const int64_t sizes[4] = {b.batch, b.seq, b.heads, b.dim};
-  const char* names[4] = {"batch", "seq", "heads", "dim"};
-  for (int i = 0; i < 4; ++i)
-    if (sizes[i] < 0 || sizes[i] >= kMaxDim) fail("bias.", names[i], " (", sizes[i], ") must be in [0, 2^31)");
-  const int64_t strides[3] = {b.stride_batch, b.stride_seq, b.stride_head};
-  const char* stride_names[3] = {"stride_batch", "stride_seq", "stride_head"};
-  for (int i = 0; i < 3; ++i)
-    if (strides[i] < 0) fail("bias.", stride_names[i], " (", strides[i], ") must not be negative");
+  check_fields(b, "bias");
   if (b.batch != 1 && b.batch != nseq)
     fail("bias.batch (", b.batch, ") must be 1 or the number of sequences (", nseq, ")");
   if (b.heads != 1 && b.heads != a.q.heads) fail("bias.heads (", b.heads, ") must be 1 or q.heads (", a.q.heads, ")");
@@ -145,11 +136,7 @@ void check_bias(const AttentionArgs& a, int64_t nseq) {
     if (b.seq != 1 && b.seq != a.q.seq) fail("bias.seq (", b.seq, ") must be 1 or q.seq (", a.q.seq, ")");
     if (b.dim != keys) fail("bias.dim (", b.dim, ") must equal the keys of a sequence (", keys, ")");
   }
-  const ConstTensor v = bias_view(a);
-  if (max_offset(v, "bias") < 0) return;  // no element: the pointer is never used
-  if (b.data == nullptr) fail("bias.data is null for a bias of ", b.batch, "x", b.seq, "x", b.heads, "x", b.dim, " elements");
-  if (reinterpret_cast<uintptr_t>(b.data) % dtype_size(b.dtype) != 0)
-    fail("bias.data (", b.data, ") is not aligned to its element size (", dtype_size(b.dtype), " bytes)");
+  check_pointer(b, "bias");  // size-1 dimensions add nothing to its extent, as in bias_view
 }
 
 // Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays). With an
@@ -313,19 +300,13 @@ void check_dbias(const BackwardArgs& a, const std::pair<Span, const char*> (&inp
                  const std::pair<const Tensor*, const char*> (&outs)[NO]) {
   const Tensor& g = a.dbias;
   if (!has_bias(a)) fail("dbias is set but bias is not");
-  if (g.dtype != DType::f32 && g.dtype != DType::f16 && g.dtype != DType::bf16)
-    fail("dbias.dtype (", static_cast<int>(g.dtype), ") is not a DType (f32, f16, bf16)");
+  check_fields(g, "dbias");
   if (g.batch != a.bias.batch || g.seq != a.bias.seq || g.heads != a.bias.heads || g.dim != a.bias.dim)
     fail("dbias shape [", g.batch, ", ", g.seq, ", ", g.heads, ", ", g.dim, "] must equal bias shape [", a.bias.batch, ", ",
          a.bias.seq, ", ", a.bias.heads, ", ", a.bias.dim, "]");
-  if (g.stride_batch < 0 || g.stride_seq < 0 || g.stride_head < 0) fail("dbias strides must not be negative");
   check_no_self_overlap(g, "dbias");
+  check_pointer(g, "dbias");
   const Span s = span_of(g, "dbias");
-  if (s.begin < s.end) {
-    if (g.data == nullptr) fail("dbias.data is null for a dbias with elements");
-    if (reinterpret_cast<uintptr_t>(g.data) % dtype_size(g.dtype) != 0)
-      fail("dbias.data (", g.data, ") is not aligned to its element size (", dtype_size(g.dtype), " bytes)");
-  }
   for (const auto& in : inputs)
     if (overlaps(s, in.first)) fail("dbias overlaps input ", in.second, " in memory");
   for (const auto& in : side_arrays(a))

@@ -30,8 +30,8 @@ int64_t max_offset(const ConstTensor& t, const std::string& name) {
   return off;
 }
 
-// Checks one tensor view on its own: dtype, sizes, strides, pointer.
-void check_tensor(const ConstTensor& t, const std::string& name) {
+// Checks a view's dtype, sizes and strides.
+void check_fields(const ConstTensor& t, const std::string& name) {
   if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
     fail(name, ".dtype (", static_cast<int>(t.dtype), ") is not a DType (f32, f16, bf16)");
   const int64_t sizes[4] = {t.batch, t.seq, t.heads, t.dim};
@@ -40,18 +40,28 @@ void check_tensor(const ConstTensor& t, const std::string& name) {
     if (sizes[i] < 0) fail(name, ".", size_names[i], " (", sizes[i], ") must not be negative");
     if (sizes[i] >= kMaxDim) fail(name, ".", size_names[i], " (", sizes[i], ") must be below 2^31");
   }
-  if (t.heads == 0) fail(name, ".heads (0) must be at least 1");
-  if (t.dim == 0) fail(name, ".dim (0) must be at least 1");
   const int64_t strides[3] = {t.stride_batch, t.stride_seq, t.stride_head};
   const char* stride_names[3] = {"stride_batch", "stride_seq", "stride_head"};
   for (int i = 0; i < 3; ++i)
     if (strides[i] < 0) fail(name, ".", stride_names[i], " (", strides[i], ") must not be negative");
+}
+
+// Checks a view's pointer (its fields checked): non-null when it has elements, aligned.
+void check_pointer(const ConstTensor& t, const std::string& name) {
   const int64_t last = max_offset(t, name);
   if (last < 0) return;  // no element: the pointer is never used
   if (t.data == nullptr) fail(name, ".data is null for a tensor of ", t.batch, "x", t.seq, "x", t.heads, "x", t.dim, " elements");
   const auto addr = reinterpret_cast<uintptr_t>(t.data);
   if (addr % dtype_size(t.dtype) != 0)
     fail(name, ".data (", t.data, ") is not aligned to its element size (", dtype_size(t.dtype), " bytes)");
+}
+
+// Checks one tensor view on its own: dtype, sizes, strides, pointer.
+void check_tensor(const ConstTensor& t, const std::string& name) {
+  check_fields(t, name);
+  if (t.heads == 0) fail(name, ".heads (0) must be at least 1");
+  if (t.dim == 0) fail(name, ".dim (0) must be at least 1");
+  check_pointer(t, name);
 }
 
 // Checks that distinct indices of an output view address distinct elements (no self-overlap).

@@ -31,6 +31,11 @@ int64_t max_offset(const ConstTensor& t, const std::string& name);
 // (>= 0, no overflow), pointer (non-null when there are elements, aligned to the element size).
 void check_tensor(const ConstTensor& t, const std::string& name);
 
+// The parts of check_tensor, for views whose heads or dim may be 0 (bias, dbias): dtype, sizes in
+// [0, 2^31) and strides >= 0; then the pointer (non-null with elements, aligned).
+void check_fields(const ConstTensor& t, const std::string& name);
+void check_pointer(const ConstTensor& t, const std::string& name);
+
 // Checks that distinct indices of an output view address distinct elements.
 void check_no_self_overlap(const ConstTensor& t, const std::string& name);
 

@@ -235,6 +235,23 @@ void PackHeadBf16(const AttentionArgs& a, const Plan& p, BackwardScratch& w, KvC
   }
 }
 
+// dPᵀ = V·dOᵀ of keys [c0, c0 + nkb) x query block b into w.dpt — bf16 tile products from the
+// packed V (Plan::bf16_dot; `exact`: an input is tiny, every product widens), else fp32 from v —
+// then, with `drop`, dP ∘= Z/(1 − p) (the factors to keep_out when set, for P̃ = P∘Z/(1 − p)).
+void DroppedGradP(const Plan& p, BackwardScratch& w, const QueryBlock& b, const Rows& v, int64_t c0, int64_t nkb,
+                  bool exact, const Dropout* drop, float* keep_out) {
+  const hn::ScalableTag<float> d;
+  const int64_t ld = p.qpad, dim = p.dim, d2 = ceil_div(dim, 2);
+  if (kBf16Path && p.bf16_dot) {  // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
+    GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.dot), ld, d2, w.dpt, ld, false,
+                  nullptr, exact);
+  } else {  // dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i]
+    Gemm(d, Matrix<float>{w.dpt, nkb, b.W, ld}, row_block(v, c0, nkb, dim), ConstMatrix{b.dot, dim, b.W, ld},
+         Accumulate::no);
+  }
+  if (drop) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, *drop, keep_out);
+}
+
 // Pass 2 of one tile (keys [c0, c0 + nkb) x query block b) with bf16 tile products (bf16_dot.h),
 // the key block packed in w.vp, w.ki and b's operands in pairs (PrepareBlock): dP = dO·Vᵀ,
 // dS = scale · P∘(dP − D) [∘(1 − t²)] in fp32, then P and dS rounded to bf16 (as GPU flash kernels
@@ -244,15 +261,13 @@ void PackHeadBf16(const AttentionArgs& a, const Plan& p, BackwardScratch& w, KvC
 void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t c0, int64_t nkb, bool exact,
                       float scale, const Dropout* drop) {
   const hn::ScalableTag<float> d;
-  const int64_t ld = p.qpad, dp = p.dpad, dim = p.dim, d2 = ceil_div(dim, 2), ldh = ld / 2;
+  const int64_t ld = p.qpad, dp = p.dpad, dim = p.dim, ldh = ld / 2;
   const int64_t Wd = round_up(dim, static_cast<int64_t>(hn::Lanes(d)));
   const int64_t row_pairs = ceil_div(b.rows, 2);
   float* pt = b.pc + c0 * ld;
   const auto pairs = [](const float* f) { return reinterpret_cast<const uint32_t*>(f); };
   const uint32_t* ki = w.ki + (c0 / p.block_k) * ceil_div(p.block_k, 2) * dp;
-  // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
-  GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, pairs(b.dot), ld, d2, w.dpt, ld, false, nullptr, exact);
-  if (drop) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, *drop, w.zt);
+  DroppedGradP(p, w, b, Rows{}, c0, nkb, exact, drop, w.zt);
   GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
   if (drop) MulTile(d, pt, w.zt, ld, nkb, b.W);
   if (exact) {  // keeps subnormal P, dS
@@ -404,7 +419,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     // in order.
     for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-      const ConstMatrix kb = row_block(k, c0, nkb, dim), vb = row_block(v, c0, nkb, dim);  // K, V[c0, c1)
+      const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
       {  // the next block's operands: long sequences stream them from memory
         const int64_t n1 = std::max<int64_t>(std::min(c1 + p.block_k, nk) - c1, 0);
         if (!bf16) prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
@@ -426,10 +441,8 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
         const Matrix<float> dpt{w.dpt, nkb, b.W, ld};  // dPᵀ, then dSᵀ [nkb x W]
         const ConstMatrix ptile{pt, nkb, b.rows, ld};   // Pᵀ [nkb x rows]
         const ConstMatrix dst{w.dpt, nkb, b.rows, ld};  // dSᵀ [nkb x rows]
-        // dP = dO·Vᵀ  (dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i])
-        Gemm(d, dpt, vb, ConstMatrix{b.dot, dim, b.W, ld}, Accumulate::no);
-        // with dropout dP ∘= Z/(1 − p), and afterwards P̃ = P∘Z/(1 − p) for dV
-        if (p.dropout) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, drop, w.zt);
+        // dP = dO·Vᵀ, with dropout ∘ Z/(1 − p); afterwards P̃ = P∘Z/(1 − p) for dV
+        DroppedGradP(p, w, b, v, c0, nkb, false, p.dropout ? &drop : nullptr, w.zt);
         // dS = scale · P∘(dP − D) [∘(1 − t²)]
         GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
         if (p.dropout) MulTile(d, pt, w.zt, ld, nkb, b.W);
@@ -524,7 +537,7 @@ DbiasRows dbias_item(const Tensor& g, const Plan& p, int64_t it) {
 void DbiasItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy& held, const DbiasRows& item) {
   const hn::ScalableTag<float> d;
   const Tensor& g = a.dbias;
-  const int64_t ld = p.qpad, dim = p.dim, kw = round_up(p.max_k, kMaxLanes), d2 = ceil_div(dim, 2);
+  const int64_t ld = p.qpad, dim = p.dim, kw = round_up(p.max_k, kMaxLanes);
   const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   const bool self_norm = SelfNormalises(p);
   const bool bf16 = kBf16Path && p.bf16_dot;
@@ -571,14 +584,8 @@ void DbiasItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy&
               continue;
             }
             if (self_norm) RescaleColumns(d, pt, ld, nkb, b.W, b.rnorm);  // P·r
-            if (bf16) {  // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
-              GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.dot), ld, d2, w.dpt,
-                            ld, false, nullptr, w.ktiny[c0 / p.block_k] || b.tiny);
-            } else {
-              Gemm(d, Matrix<float>{w.dpt, nkb, b.W, ld}, row_block(v, c0, nkb, dim), ConstMatrix{b.dot, dim, b.W, ld},
-                   Accumulate::no);
-            }
-            if (p.dropout) DropoutTile(d, w.dpt, ld, nkb, b.W, c0, b.r0, drop, nullptr);
+            DroppedGradP(p, w, b, v, c0, nkb, bf16 && (w.ktiny[c0 / p.block_k] || b.tiny), p.dropout ? &drop : nullptr,
+                         nullptr);
             GradScores(d, pt, w.dpt, nullptr, ld, nkb, b.W, b.dd, 1.0f);  // P∘(dP − D)
             for (int64_t j = 0; j < nkb; ++j) {
               const float* ds = w.dpt + j * ld;

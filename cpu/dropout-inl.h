@@ -39,7 +39,7 @@ inline Dropout MakeDropout(const AttentionArgs& a, int64_t s, int64_t h) {
   r.seed = a.dropout_seed;
   r.stream = dropout_stream(a.dropout_offset, s, a.q.heads, h);
   r.threshold = dropout_threshold(a.dropout_p);
-  r.keep_scale = static_cast<float>(1.0 / (1.0 - static_cast<double>(a.dropout_p)));
+  r.keep_scale = dropout_keep_scale(a.dropout_p);
   return r;
 }
 

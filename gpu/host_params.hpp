@@ -51,7 +51,7 @@ inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
     p.bias_dtype = a.bias.dtype;
   }
   p.dropout_p = a.dropout_p;
-  p.dropout_scale = a.dropout_p > 0 ? 1.0f / (1.0f - a.dropout_p) : 1.0f;
+  p.dropout_scale = dropout_keep_scale(a.dropout_p);
   p.dropout_threshold = dropout_threshold(a.dropout_p);
   p.dropout_seed = a.dropout_seed;
   p.dropout_offset = a.dropout_offset;

@@ -101,11 +101,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dropout_mask_kernel(const Fo
   const SeqInfo& si = w.si;
   const uint64_t stream = dropout_stream(p.dropout_offset, si.index, p.heads_q, w.h);
   uint8_t* row = p.dropout_mask + lse_index(p, si, w.h, w.i) * p.mask_row_bytes;
-  for (int64_t j8 = w.lane; j8 < p.mask_row_bytes; j8 += kWarpSize) {
-    const int64_t valid = si.mask.seqlen_k - 8 * j8;
-    const uint32_t bits = valid > 0 ? dropout_keep_bits(p.dropout_seed, stream, w.i, j8, p.dropout_threshold) : 0u;
-    row[j8] = static_cast<uint8_t>(valid >= 8 ? bits : bits & ((1u << (valid > 0 ? valid : 0)) - 1u));
-  }
+  for (int64_t j8 = w.lane; j8 < p.mask_row_bytes; j8 += kWarpSize)
+    row[j8] = dropout_mask_byte(p.dropout_seed, stream, w.i, j8, p.dropout_threshold, si.mask.seqlen_k);
 }
 
 // dsinks[h] = −Σ over every row i of every sequence of exp(sink_h − LSE_i)·D_i (D = p.dot, rows

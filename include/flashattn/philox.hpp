@@ -58,6 +58,22 @@ FLASHATTN_HD constexpr uint32_t dropout_keep_bits(uint64_t seed, uint64_t stream
   return bits;
 }
 
+// Returns byte j8 of a keep-mask row (ForwardArgs::dropout_mask) of row i on `stream` for a sequence
+// with `keys` keys: dropout_keep_bits for the keys below `keys`, 0 for the bits past it.
+FLASHATTN_HD constexpr uint8_t dropout_mask_byte(uint64_t seed, uint64_t stream, int64_t i, int64_t j8,
+                                                 uint32_t threshold, int64_t keys) {
+  const int64_t valid = keys - 8 * j8;
+  if (valid <= 0) return 0;
+  const uint32_t bits = dropout_keep_bits(seed, stream, i, j8, threshold);
+  return static_cast<uint8_t>(valid >= 8 ? bits : bits & ((1u << valid) - 1u));
+}
+
+// Returns what a kept P is multiplied by, 1/(1 − p) rounded once to fp32 (1 for p = 0): the one
+// value every backend uses.
+FLASHATTN_HD constexpr float dropout_keep_scale(float p) {
+  return p > 0 ? static_cast<float>(1.0 / (1.0 - static_cast<double>(p))) : 1.0f;
+}
+
 // Returns whether P_ij of row i, key j on `stream` is kept (dropout_keep_bits, one bit of it).
 FLASHATTN_HD constexpr bool dropout_keep(uint64_t seed, uint64_t stream, int64_t i, int64_t j, uint32_t threshold) {
   return (dropout_keep_bits(seed, stream, i, j / 8, threshold) >> (j % 8)) & 1u;
