@@ -139,6 +139,103 @@ void check_bias(const AttentionArgs& a, int64_t nseq) {
   check_pointer(b, "bias");  // size-1 dimensions add nothing to its extent, as in bias_view
 }
 
+// Returns the longest sequence's query rows of a call with `nseq` sequences (cu_seqlens checked).
+int64_t longest_rows(const AttentionArgs& a, int64_t nseq) {
+  if (!a.cu_seqlens_q) return a.q.seq;
+  int64_t rows = 0;
+  for (int64_t s = 0; s < nseq; ++s) rows = std::max<int64_t>(rows, a.cu_seqlens_q[s + 1] - a.cu_seqlens_q[s]);
+  return rows;
+}
+
+// Returns the bytes the element bits of a block mask span (0 without bits), failing on overflow.
+int64_t bitmask_bytes(const BitMask& b, int64_t keys) {
+  if (!b.data) return 0;
+  int64_t n = (keys + 7) / 8;
+  const int64_t sizes[3] = {b.batch, b.seq, b.heads}, strides[3] = {b.stride_batch, b.stride_seq, b.stride_head};
+  for (int t = 0; t < 3; ++t)
+    if (sizes[t] > 1) n = add_checked(n, mul_checked(sizes[t] - 1, strides[t], "block_mask.bits extent"), "block_mask.bits extent");
+  return n;
+}
+
+// Returns the entries of each of a block mask's index arrays (lists x max_blocks), failing on overflow.
+int64_t block_mask_entries(const BlockMask& m) {
+  return mul_checked(mul_checked(mul_checked(m.batch, m.heads, "block_mask lists"), m.q_blocks, "block_mask lists"),
+                     m.max_blocks, "block_mask index entries");
+}
+
+// Checks one kind of block list (docs/semantics.md, "Block-sparse masks"): counts in
+// [0, max_blocks], entries strictly increasing in [0, key_blocks).
+void check_block_list(const BlockMask& m, const int32_t* count, const int32_t* index, const char* name,
+                      int64_t key_blocks) {
+  if ((count == nullptr) != (index == nullptr))
+    fail("block_mask.", name, "_count and block_mask.", name, "_index must be given together (got only ",
+         count ? "the count" : "the index", ")");
+  if (!count) return;
+  for (int64_t s = 0; s < m.batch; ++s)
+    for (int64_t h = 0; h < m.heads; ++h)
+      for (int64_t qb = 0; qb < m.q_blocks; ++qb) {
+        const int64_t l = (s * m.heads + h) * m.q_blocks + qb;
+        if (count[l] < 0 || count[l] > m.max_blocks)
+          fail("block_mask.", name, "_count[", l, "] (", count[l], ") must be in [0, max_blocks = ", m.max_blocks,
+               "] (list s=", s, " h=", h, " qb=", qb, ")");
+        const int32_t* e = index + l * m.max_blocks;
+        for (int32_t t = 0; t < count[l]; ++t) {
+          if (e[t] < 0 || e[t] >= key_blocks)
+            fail("block_mask.", name, "_index[", l * m.max_blocks + t, "] (", e[t], ") must be in [0, ", key_blocks,
+                 ") (entry ", t, " of list s=", s, " h=", h, " qb=", qb, ": ", key_blocks, " key blocks of ", m.block_k,
+                 ")");
+          if (t > 0 && e[t] <= e[t - 1])
+            fail("block_mask.", name, "_index[", l * m.max_blocks + t, "] (", e[t], ") must be greater than the entry before it (",
+                 e[t - 1], "): lists are strictly increasing (list s=", s, " h=", h, " qb=", qb, ")");
+        }
+      }
+}
+
+// Checks the block-sparse mask of a call with `nseq` sequences (docs/semantics.md, "Block-sparse
+// masks"), its sequences already checked: block sizes, list geometry and contents (sorted, in
+// range, no block both full and partial), and the element bits' view. Reads every list entry.
+void check_block_mask(const AttentionArgs& a, int64_t nseq) {
+  const BlockMask& m = a.block_mask;
+  if (!m.used()) return;
+  if (m.block_q < 1 || m.block_q >= kMaxDim) fail("block_mask.block_q (", m.block_q, ") must be in [1, 2^31)");
+  if (m.block_k < 1 || m.block_k >= kMaxDim) fail("block_mask.block_k (", m.block_k, ") must be in [1, 2^31)");
+  if (m.batch != 1 && m.batch != nseq)
+    fail("block_mask.batch (", m.batch, ") must be 1 or the number of sequences (", nseq, ")");
+  if (m.heads != 1 && m.heads != a.q.heads)
+    fail("block_mask.heads (", m.heads, ") must be 1 or q.heads (", a.q.heads, ")");
+  const int64_t rows = longest_rows(a, nseq), keys = key_columns(a);
+  const int64_t need = (rows + m.block_q - 1) / m.block_q, key_blocks = (keys + m.block_k - 1) / m.block_k;
+  if (m.q_blocks < need || m.q_blocks >= kMaxDim)
+    fail("block_mask.q_blocks (", m.q_blocks, ") must be at least ceil(", rows, " query rows / block_q ", m.block_q,
+         ") = ", need, " and below 2^31");
+  if (m.max_blocks < 0 || m.max_blocks >= kMaxDim) fail("block_mask.max_blocks (", m.max_blocks, ") must be in [0, 2^31)");
+  mul_checked(block_mask_entries(m), 4, "block_mask index bytes");
+  check_block_list(m, m.full_count, m.full_index, "full", key_blocks);
+  check_block_list(m, m.partial_count, m.partial_index, "partial", key_blocks);
+  if (m.full_count && m.partial_count) {
+    for (int64_t l = 0; l < m.batch * m.heads * m.q_blocks; ++l) {
+      const int32_t *f = m.full_index + l * m.max_blocks, *p = m.partial_index + l * m.max_blocks;
+      for (int32_t x = 0, y = 0; x < m.full_count[l] && y < m.partial_count[l];) {
+        if (f[x] == p[y]) fail("block_mask: key block ", f[x], " is listed both full and partial (list ", l, ")");
+        if (f[x] < p[y]) ++x; else ++y;
+      }
+    }
+  }
+  const BitMask& b = m.bits;
+  if (!bitmask_set(b)) return;
+  if (b.batch != 1 && b.batch != nseq)
+    fail("block_mask.bits.batch (", b.batch, ") must be 1 or the number of sequences (", nseq, ")");
+  if (b.heads != 1 && b.heads != a.q.heads)
+    fail("block_mask.bits.heads (", b.heads, ") must be 1 or q.heads (", a.q.heads, ")");
+  if (a.cu_seqlens_q ? (b.seq != 1 && b.seq < rows) : (b.seq != 1 && b.seq != a.q.seq))
+    fail("block_mask.bits.seq (", b.seq, ") must be 1 or ", a.cu_seqlens_q ? "at least the longest sequence's query rows (" : "q.seq (",
+         rows, ")");
+  if (b.stride_batch < 0 || b.stride_seq < 0 || b.stride_head < 0)
+    fail("block_mask.bits strides (", b.stride_batch, ", ", b.stride_seq, ", ", b.stride_head, ") must not be negative");
+  if (!b.data && nseq > 0 && rows > 0 && keys > 0) fail("block_mask.bits.data is null but its sizes or strides are set");
+  bitmask_bytes(b, keys);  // fails on an extent that overflows
+}
+
 // Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays). With an
 // append, seqlens_k counts the rows before it and the `appended` rows must fit too.
 void check_options(const AttentionArgs& a, int64_t appended = 0) {
@@ -185,6 +282,7 @@ void check_options(const AttentionArgs& a, int64_t appended = 0) {
   check_paged(a, appended);
   check_sinks(a);
   check_bias(a, nseq);
+  check_block_mask(a, nseq);
   if (!(a.dropout_p >= 0.0f && a.dropout_p < 1.0f)) fail("dropout_p (", a.dropout_p, ") must be in [0, 1)");
   if (a.alibi_slopes) {
     if (a.alibi_batch_stride < 0) fail("alibi_batch_stride (", a.alibi_batch_stride, ") must not be negative");
@@ -215,6 +313,15 @@ std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
   const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
   if (a.sinks) r.push_back({span_of(a.sinks, a.q.heads * 4), "sinks"});
   if (has_bias(a)) r.push_back({span_of(bias_view(a), "bias"), "bias"});
+  const BlockMask& m = a.block_mask;
+  if (m.used()) {
+    const int64_t lists = m.batch * m.heads * m.q_blocks, entries = block_mask_entries(m);
+    if (m.full_count) r.push_back({span_of(m.full_count, lists * 4), "block_mask.full_count"});
+    if (m.full_index) r.push_back({span_of(m.full_index, entries * 4), "block_mask.full_index"});
+    if (m.partial_count) r.push_back({span_of(m.partial_count, lists * 4), "block_mask.partial_count"});
+    if (m.partial_index) r.push_back({span_of(m.partial_index, entries * 4), "block_mask.partial_index"});
+    if (m.bits.data) r.push_back({span_of(m.bits.data, bitmask_bytes(m.bits, key_columns(a))), "block_mask.bits"});
+  }
   if (a.seqlens_k) r.push_back({span_of(a.seqlens_k, nseq * 4), "seqlens_k"});
   if (a.block_table && a.q.batch > 0) {
     const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
@@ -391,7 +498,8 @@ void validate(const BackwardArgs& a) {
     const Span s = span_of(*o.first, o.second);
     for (const auto& in : inputs)
       if (overlaps(s, in.first)) fail(o.second, " overlaps input ", in.second, " in memory");
-    if (has_bias(a) && overlaps(s, span_of(bias_view(a), "bias"))) fail(o.second, " overlaps input bias in memory");
+    for (const auto& in : side_arrays(a))
+      if (overlaps(s, in.first)) fail(o.second, " overlaps input ", in.second, " in memory");
   }
   if (a.dsinks) {
     if (reinterpret_cast<uintptr_t>(a.dsinks) % alignof(float) != 0)

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "bf16_dot.h"
+#include "block_tiles.h"
 #include "flashattn/problem.hpp"
 #include "kv.h"
 #include "parallel.h"
@@ -290,9 +291,9 @@ void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t 
 // (S = Q·Kᵀ: Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i], in fp64 up to the exponent for fp32 inputs whose
 // tile has large scores, as in the forward; the score transforms of ts, the bias of sequence s and
 // query head h among them), tanh(S/softcap) beside it, and the row sums for self-normalisation.
-void RecomputeTile(const Plan& p, BackwardScratch& w, QueryBlock& b, const Rows& k,
-                   const ConstTensor& bias, TileScores& ts, int64_t s, int64_t h, int64_t c0, int64_t c1, TileKind kind,
-                   float kmax2, bool self_norm) {
+void RecomputeTile(const AttentionArgs& a, const Plan& p, BackwardScratch& w, QueryBlock& b, const Rows& k,
+                   const ConstTensor& bias, TileScores& ts, int64_t s, int64_t h, int64_t c0, int64_t c1,
+                   TileKinds kinds, float kmax2, bool self_norm) {
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;  // exact scores (same columns, half the lanes or one)
   const int64_t ld = p.qpad, dim = p.dim, nkb = c1 - c0, d2 = ceil_div(dim, 2);
@@ -313,7 +314,9 @@ void RecomputeTile(const Plan& p, BackwardScratch& w, QueryBlock& b, const Rows&
   if (!bf16 && exact_tile(p, TileScoreBound(ts, b.qmax2, kmax2, b.r1, c1))) {
     Gemm(dd, Matrix<double>{w.sd, nkb, b.W, ld}, kb, qt, Accumulate::no);
     if (transform) TransformScoresExact(dd, w.sd, ld, nkb, b.W, ts, tt);
-    if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+    if (kinds.rule == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+    if (kinds.blocks == TileKind::partial)
+      MaskBlockTile<double>(a.block_mask, s, h, b.r0, b.rows, c0, nkb, w.sd, ld, hidden);
     ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
   } else {
     if (bf16) {  // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
@@ -323,7 +326,8 @@ void RecomputeTile(const Plan& p, BackwardScratch& w, QueryBlock& b, const Rows&
       Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
     }
     if (transform) TransformScores(d, pt, ld, nkb, b.W, ts, tt);
-    if (kind == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+    if (kinds.rule == TileKind::partial) MaskScores(d, pt, ld, nkb, b.W, c0, b.kbeg, b.kend, hidden);
+    if (kinds.blocks == TileKind::partial) MaskBlockTile(a.block_mask, s, h, b.r0, b.rows, c0, nkb, pt, ld, hidden);
     ExpMinusLse(d, pt, ld, nkb, b.W, fused_scale, b.lse);
   }
   if (self_norm) AddRowSums(pt, ld, nkb, b.W, b.rsum);
@@ -409,9 +413,9 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       for (int64_t i = 0; i < nb; ++i) {
         QueryBlock& b = w.blk[i];
         if (c0 < b.kb_lo || c0 >= b.key_hi) continue;
-        const TileKind kind = mask.classify(b.r0, b.r1, c0, c1);
-        if (kind == TileKind::empty) continue;
-        RecomputeTile(p, w, b, k, bias, ts, s, h, c0, c1, kind, kmax2, self_norm);
+        const TileKinds kinds = classify_tiles(a, seq, h, b.r0, b.r1, c0, c1);
+        if (kinds.kind() == TileKind::empty) continue;
+        RecomputeTile(a, p, w, b, k, bias, ts, s, h, c0, c1, kinds, kmax2, self_norm);
       }
     }
     for (int64_t i = 0; i < nb && self_norm; ++i) FinishRowSums(p, w.blk[i]);
@@ -431,7 +435,8 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       }
       for (int64_t i = 0; i < nb; ++i) {
         QueryBlock& b = w.blk[i];
-        if (c0 < b.kb_lo || c0 >= b.key_hi || mask.classify(b.r0, b.r1, c0, c1) == TileKind::empty) continue;
+        if (c0 < b.kb_lo || c0 >= b.key_hi || classify_tiles(a, seq, h, b.r0, b.r1, c0, c1).kind() == TileKind::empty)
+          continue;
         float* pt = b.pc + c0 * ld;
         if (bf16) {  // never self-normalising (fp32 inputs only)
           BackwardTileBf16(p, w, b, c0, nkb, w.ktiny[c0 / p.block_k] || b.tiny, scale, p.dropout ? &drop : nullptr);
@@ -575,11 +580,11 @@ void DbiasItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy&
           if (pass == 1 && self_norm) FinishRowSums(p, b);
           for (int64_t c0 = b.kb_lo; c0 < b.key_hi; c0 += p.block_k) {
             const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
-            const TileKind kind = mask.classify(b.r0, b.r1, c0, c1);
-            if (kind == TileKind::empty) continue;
+            const TileKinds kinds = classify_tiles(a, seq, h, b.r0, b.r1, c0, c1);
+            if (kinds.kind() == TileKind::empty) continue;
             float* pt = b.pc + c0 * ld;
             if (pass == 0) {
-              RecomputeTile(p, w, b, k, bias, ts, s, h, c0, c1, kind, adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f,
+              RecomputeTile(a, p, w, b, k, bias, ts, s, h, c0, c1, kinds, adaptive ? MaxOf(w.knorm + c0, nkb) : 0.0f,
                             self_norm);
               continue;
             }

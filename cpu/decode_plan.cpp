@@ -7,8 +7,8 @@
 namespace flashattn::cpu::detail {
 
 bool decode_applies(const ForwardArgs& a, const Config& c, const Plan& p) {
-  static_cast<void>(a);
-  return c.decode && p.max_q >= 1 && p.max_q * p.group <= kDecodeMaxRows;
+  // A block-sparse mask is per (query head, query block): the general path's tiles apply it.
+  return c.decode && !a.block_mask.used() && p.max_q >= 1 && p.max_q * p.group <= kDecodeMaxRows;
 }
 
 int64_t auto_splits(int64_t sequences, int64_t heads_k, int64_t max_k) {

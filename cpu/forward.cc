@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "bf16_dot.h"
+#include "block_tiles.h"
 #include "flashattn/problem.hpp"
 #include "plan.h"
 #include "kv.h"
@@ -89,19 +90,17 @@ void PackHeadBf16(const AttentionArgs& a, const Plan& p, ForwardScratch& w, KvCo
 // One key block [c0, c0 + nk) of a bf16 forward with bf16 tile products (bf16_dot.h) from the
 // head's packed K, V (PackHeadBf16): S = Q·Kᵀ, softmax as in ForwardItem, Pᵀ rounded to bf16 and
 // paired (dropped first with `drop`), O += P·V. Tiles with a tiny value in q, k or v (bf16-inl.h) use the exact kernel. The
-// head's value pairs are keys (2t, 2t + 1): a block that starts at an odd key (under a window)
-// pairs its own values. A block that ends at an odd key before the sequence's last multiplies the
-// next key's value by a zero P (0·NaN = NaN for a NaN value there: damage within the row's
-// sequence and kv head group, which the containment rule of tests/reliability_extremes.cpp allows,
-// as the oracle's own P·V does).
-void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, const Sequence& seq, int64_t kvh,
-                     int64_t c0, int64_t nk, int64_t W, TileKind kind, bool transform, float fused_scale,
-                     float hidden, const TileScores& ts, bool q_tiny, const Dropout* drop) {
+// head's value pairs are keys (2t, 2t + 1): a block that starts or ends at an odd key (under a
+// window, or in a block mask's tiles) pairs its own values, so no key outside [c0, c1) enters its
+// P·V (a NaN value of a key the block mask skips would otherwise meet a zero P: 0·NaN = NaN).
+void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, const Sequence& seq, int64_t h,
+                     int64_t kvh, int64_t c0, int64_t nk, int64_t W, int64_t rows, TileKinds kinds, bool transform,
+                     float fused_scale, float hidden, const TileScores& ts, bool q_tiny, const Dropout* drop) {
   const hn::ScalableTag<float> d;
   const int64_t dim = p.dim, d2 = ceil_div(dim, 2), ld = p.qpad, c1 = c0 + nk;
   const bool tiny = q_tiny || w.tiny[c1] != w.tiny[c0];
   const uint32_t* vpairs = w.vp + (c0 / 2) * p.dpad;
-  if (c0 % 2 != 0) {
+  if (c0 % 2 != 0 || (c1 % 2 != 0 && c1 < seq.mask.seqlen_k)) {
     for (int64_t j = 0; j < nk; j += 2) {
       const uint16_t* r1 = j + 1 < nk ? bf16_key_row(a.v, a, seq, kvh, c0 + j + 1) : nullptr;
       PackBf16RowPair(bf16_key_row(a.v, a, seq, kvh, c0 + j), r1, dim, w.vt + (j / 2) * p.dpad);
@@ -109,13 +108,14 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
     vpairs = w.vt;
   }
   const float inf = std::numeric_limits<float>::infinity();
-  float* tmax = !transform && kind == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
+  float* tmax = !transform && kinds.kind() == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
   if (tmax) std::fill(tmax, tmax + W, -inf);
   // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
   GemmBf16Pairs(nk, W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(w.qt), ld, d2, w.st, ld, false, tmax,
                 tiny);
   if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
-  if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+  if (kinds.rule == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+  if (kinds.blocks == TileKind::partial) MaskBlockTile(a.block_mask, seq.index, h, ts.r0, rows, c0, nk, w.st, ld, hidden);
   OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
   RescaleColumns(d, w.ot, ld, p.dim, W, w.alpha);
   if (drop) DropoutTile(d, w.st, ld, nk, W, c0, ts.r0, *drop, nullptr);
@@ -224,7 +224,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     const float hidden = fused_scale < 0 ? inf : -inf;
     const ConstMatrix qt{w.qt, dim, W, ld};  // Qᵀ [d x W]
     const Matrix<float> ot{w.ot, dim, W, ld};  // Oᵀ [d x W]
-    for (int64_t c0 = key_lo; c0 < key_hi; c0 += p.block_k) {
+    for (int64_t c0 = first_key_tile(a, key_lo, p.block_k); c0 < key_hi; c0 = std::min(c0 + p.block_k, key_hi)) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
       if (!(kBf16Path && p.bf16_dot)) prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
       if (c1 == key_hi) {  // the last tile: start the misses of this item's out rows and the next q rows
@@ -233,7 +233,8 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
         }
         PrefetchItemRows(a, p, next);
       }
-      const TileKind kind = mask.classify(r0, r1, c0, c1);
+      const TileKinds kinds = classify_tiles(a, seq, h, r0, r1, c0, c1);
+      const TileKind kind = kinds.kind();
       if (kind == TileKind::empty) continue;
       const Matrix<float> st{w.st, nk, W, ld};  // Sᵀ, then Pᵀ [nk x W]
       // S = Q·Kᵀ  (Sᵀ[j][i] = Σ_x K[c0+j][x] · Qᵀ[x][i]; scaled below), then
@@ -245,7 +246,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       }
       const float kmax2 = adaptive ? MaxOf(w.knorm + c0, nk) : 0.0f;
       if (kBf16Path && p.bf16_dot) {
-        ForwardTileBf16(a, p, w, seq, kvh, c0, nk, W, kind, transform, fused_scale, hidden, ts, q_tiny,
+        ForwardTileBf16(a, p, w, seq, h, kvh, c0, nk, W, rows, kinds, transform, fused_scale, hidden, ts, q_tiny,
                         p.dropout ? &drop : nullptr);
         continue;
       }
@@ -253,7 +254,9 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
       if (exact_tile(p, TileScoreBound(ts, qmax2, kmax2, r1, c1))) {
         Gemm(dd, Matrix<double>{w.sd, nk, W, ld}, kblock, qt, Accumulate::no);
         if (transform) TransformScoresExact(dd, w.sd, ld, nk, W, ts, nullptr);
-        if (kind == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+        if (kinds.rule == TileKind::partial) MaskScoresExact(dd, w.sd, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+        if (kinds.blocks == TileKind::partial)
+          MaskBlockTile<double>(a.block_mask, s, h, r0, rows, c0, nk, w.sd, ld, hidden);
         OnlineSoftmaxExact(dd, w.sd, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha);
       } else {
         // A full tile of plain scores takes its row max from the product's registers.
@@ -261,7 +264,8 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
         if (tmax) std::fill(tmax, tmax + W, -inf);
         Gemm(d, st, kblock, qt, Accumulate::no, tmax);
         if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
-        if (kind == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+        if (kinds.rule == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
+        if (kinds.blocks == TileKind::partial) MaskBlockTile(a.block_mask, s, h, r0, rows, c0, nk, w.st, ld, hidden);
         OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
       }
       // O ·= α

@@ -83,6 +83,20 @@ int64_t default_key_tile(const AttentionArgs& a, const Plan& p, bool backward, i
   return backward && a.causal && p.max_k <= kShortCausalKeys ? std::min(k, kBackwardCausalBlockK) : k;
 }
 
+// Returns the largest divisor of `block` (>= 1) that is at most `tile` (>= 1).
+int64_t divisor_tile(int64_t block, int64_t tile) {
+  for (int64_t t = std::min(block, tile); t > 1; --t)
+    if (block % t == 0) return t;
+  return 1;
+}
+
+void align_to_block_mask(Plan& p, const AttentionArgs& a) {
+  if (!a.block_mask.used()) return;
+  p.block_q = divisor_tile(a.block_mask.block_q, p.block_q);
+  p.block_k = divisor_tile(a.block_mask.block_k, p.block_k);
+  p.qpad = round_up(p.block_q, kMaxLanes);
+}
+
 void check_config(const Config& c) {
   if (c.block_q < 0) throw Error("cpu::Config.block_q (" + std::to_string(c.block_q) + ") must be >= 0");
   if (c.block_k < 0) throw Error("cpu::Config.block_k (" + std::to_string(c.block_k) + ") must be >= 0");
@@ -126,6 +140,7 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   p.renormalize = c.renormalize;
   p.scores = c.scores;
   p.call_id = g_next_call_id.fetch_add(1);
+  align_to_block_mask(p, a);
   return p;
 }
 

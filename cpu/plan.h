@@ -128,6 +128,12 @@ inline bool backward_grouped(const Plan& p) { return ceil_div(p.max_q, p.block_q
 // capped for a short causal backward (kBackwardCausalBlockK).
 int64_t default_key_tile(const AttentionArgs& a, const Plan& p, bool backward, int64_t element_bytes);
 
+// Makes the tiles of a call with a block mask divide the mask's blocks (block_q and block_k become
+// their largest divisors not above the chosen tiles), so a tile lies inside one block: tiles of
+// unlisted blocks are skipped whole and never read, and a tile is one block-kind lookup. Speed
+// needs block sizes with a divisor near the tiles (multiples of 16 or 64, as FlexAttention's 128).
+void align_to_block_mask(Plan& p, const AttentionArgs& a);
+
 // Throws Error naming the first field of c that is out of range (make_plan calls it).
 void check_config(const Config& c);
 

@@ -50,6 +50,7 @@ void detail::use_bf16_dot(Plan& p, const AttentionArgs& a, const Config& c, bool
   p.bf16_dot = true;
   p.copy_kv = false;
   if (c.block_k == 0) p.block_k = default_key_tile(a, p, backward, sizeof(uint16_t));
+  align_to_block_mask(p, a);
 }
 
 size_t detail::dispatch_index(int64_t target) {

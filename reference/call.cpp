@@ -44,22 +44,35 @@ int64_t dense_index(const ConstTensor& t, int64_t b, int64_t s, int64_t h) {
   return ((b * t.seq + s) * t.heads + h) * t.dim;
 }
 
-// Returns the bias of query head h of sequence seq as a dense [nq x nk] array (empty without bias).
-std::vector<double> gather_bias(const AttentionArgs& a, const Sequence& seq, int64_t h) {
-  if (!has_bias(a)) return {};
-  const ConstTensor b = bias_view(a);
+// The dense per-head side arrays of a call: the bias of query head h of sequence seq as [nq x nk]
+// (empty without a bias), and where its block mask shows an element (empty without one).
+struct HeadArrays {
+  std::vector<double> bias;
+  std::vector<uint8_t> blocks;
+};
+
+HeadArrays gather_head(const AttentionArgs& a, const Sequence& seq, int64_t h) {
+  HeadArrays r;
   const int64_t nq = seq.mask.seqlen_q, nk = seq.mask.seqlen_k;
-  std::vector<double> r(static_cast<size_t>(nq * nk));
-  for (int64_t i = 0; i < nq; ++i) {
-    const int64_t base = b.offset(seq.index, i, h);
-    for (int64_t j = 0; j < nk; ++j) r[i * nk + j] = load_as_float(b.data, b.dtype, base + j);
+  if (has_bias(a)) {
+    const ConstTensor b = bias_view(a);
+    r.bias.resize(static_cast<size_t>(nq * nk));
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t base = b.offset(seq.index, i, h);
+      for (int64_t j = 0; j < nk; ++j) r.bias[i * nk + j] = load_as_float(b.data, b.dtype, base + j);
+    }
+  }
+  if (a.block_mask.used()) {
+    r.blocks.resize(static_cast<size_t>(nq * nk));
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j) r.blocks[i * nk + j] = a.block_mask.visible(seq.index, h, i, j);
   }
   return r;
 }
 
-// Returns the head problem of query head h of sequence seq; `bias` is its gather_bias array, which
-// must outlive the result.
-Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h, const std::vector<double>& bias) {
+// Returns the head problem of query head h of sequence seq; `arrays` is its gather_head result,
+// which must outlive the result.
+Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h, const HeadArrays& arrays) {
   Head hd;
   hd.nq = seq.mask.seqlen_q;
   hd.nk = seq.mask.seqlen_k;
@@ -71,7 +84,8 @@ Head head_of(const AttentionArgs& a, const Sequence& seq, int64_t h, const std::
   hd.softcap = a.softcap;
   hd.slope = alibi_slope(a, seq.index, h);
   hd.mask = seq.mask;
-  hd.bias = bias.empty() ? nullptr : bias.data();
+  hd.bias = arrays.bias.empty() ? nullptr : arrays.bias.data();
+  hd.blocks = arrays.blocks.empty() ? nullptr : arrays.blocks.data();
   hd.dropout_p = a.dropout_p;
   hd.dropout_seed = a.dropout_seed;
   hd.dropout_stream = dropout_stream(a.dropout_offset, seq.index, a.q.heads, h);
@@ -99,8 +113,8 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
   for (int64_t s = 0; s < num_sequences(a); ++s) {
     const Sequence seq = sequence(a, s);
     for (int64_t h = 0; h < a.q.heads; ++h) {
-      const std::vector<double> bias = gather_bias(a, seq, h);
-      const Head hd = head_of(a, seq, h, bias);
+      const HeadArrays arrays = gather_head(a, seq, h);
+      const Head hd = head_of(a, seq, h, arrays);
       const int64_t hk = kv_head(h, a.q.heads, a.k.heads);
       const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
       const auto k = gather_keys<Acc>(a, a.k, seq, hd.nk, hk);
@@ -147,8 +161,8 @@ BackwardValues backward_impl(const BackwardArgs& a, Precision p) {
       std::vector<Acc> dk_sum(static_cast<size_t>(nk * d), 0), dv_sum(static_cast<size_t>(nk * e), 0);
       for (int64_t t = 0; t < group; ++t) {
         const int64_t h = hk * group + rnd.at(group, t);
-        const std::vector<double> bias = gather_bias(a, seq, h);
-        const Head hd = head_of(a, seq, h, bias);
+        const HeadArrays arrays = gather_head(a, seq, h);
+        const Head hd = head_of(a, seq, h, arrays);
         const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
         const auto dout = gather<Acc>(a.dout, seq.batch, seq.q_start, hd.nq, h);
         std::vector<Acc> dq(static_cast<size_t>(hd.nq * d)), dk(dk_sum.size()), dv(dv_sum.size());

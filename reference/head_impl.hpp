@@ -109,8 +109,8 @@ void scores_and_probs(const Head& h, const Acc* q, const Acc* k, Rounding<Acc> r
       if (slope != 0) s = rnd(s - slope * static_cast<Acc>(std::abs(i + h.mask.diag() - j)));
       // 4. additive bias (its own dtype, exact in Acc); −∞ hides the key
       if (h.bias) s = rnd(s + static_cast<Acc>(h.bias[i * nk + j]));
-      // 5. mask: invisible keys are −∞
-      t.s[i * nk + j] = h.mask.visible(i, j) ? s : kNegInf;
+      // 5. mask: keys the window rule or the block mask hides are −∞
+      t.s[i * nk + j] = h.mask.visible(i, j) && (!h.blocks || h.blocks[i * nk + j]) ? s : kNegInf;
     }
     // 6. P = softmax(S) per row; a row with no visible key keeps P = 0 and LSE = −∞.
     // The row max propagates NaN (std::fmax would drop it): a NaN score makes the whole row NaN

@@ -49,6 +49,7 @@ void check_supported(const AttentionArgs& a) {
   if (a.cu_seqlens_q || a.cu_seqlens_k) throw Error("varlen (cu_seqlens_q/k) is not supported by ring attention");
   if (a.block_table) throw Error("paged K/V (block_table) is not supported by ring attention");
   if (has_bias(a)) throw Error("an additive bias is not supported by ring attention (yet)");
+  if (a.block_mask.used()) throw Error("a block-sparse mask (block_mask) is not supported by ring attention (yet)");
   if (a.dropout_p != 0) throw Error("dropout is not supported by ring attention (yet)");
 }
 

@@ -2,7 +2,7 @@
 //
 // AttentionArgs holds what both passes share: the input views q, k, v and every option that
 // defines the computation (scale, masks, soft-capping, ALiBi, key lengths, varlen, attention sinks,
-// paged K/V, additive bias, dropout). ForwardArgs adds the forward's outputs and the forward-only inference options (KV-cache
+// paged K/V, additive bias, block-sparse masks, dropout). ForwardArgs adds the forward's outputs and the forward-only inference options (KV-cache
 // append with rotary embeddings, split-KV); BackwardArgs adds the backward's inputs (the forward's
 // out and lse, dout) and its outputs. Inputs are read-only views (ConstTensor, const pointers): a const buffer needs
 // no cast; outputs are writable (Tensor, float*). docs/semantics.md is the full contract.
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "flashattn/block_mask.hpp"
 #include "flashattn/types.hpp"
 
 namespace flashattn {
@@ -71,6 +72,12 @@ struct AttentionArgs {
   // (broadcast), any stride may be 0; dim is key_columns(args). Its own dtype (f32, f16, bf16).
   // Left empty (the default view): no bias.
   ConstTensor bias;
+
+  // Block-sparse mask (docs/semantics.md, "Block-sparse masks"; flashattn/block_mask.hpp): per
+  // (sequence, query head, block of block_mask.block_q rows) the lists of key blocks that are fully
+  // and partially visible; unlisted blocks are hidden and never loaded; partial blocks may carry
+  // element bits. It only restricts the window rule. Left empty (the default): no block mask.
+  BlockMask block_mask;
 
   // Dropout on P (docs/semantics.md, "Dropout"): P_ij is kept with probability 1 − p by a
   // Philox4x32-10 decision keyed by dropout_seed on stream dropout_offset + s·Hq + h

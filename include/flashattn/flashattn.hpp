@@ -3,6 +3,8 @@
 #pragma once
 
 #include "flashattn/args.hpp"
+#include "flashattn/block_mask.hpp"
+#include "flashattn/block_mask_build.hpp"
 #include "flashattn/convert.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/mask.hpp"

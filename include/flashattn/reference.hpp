@@ -54,6 +54,8 @@ struct Head {
   double sink = 0;                           // its logit (used when has_sink)
   Mask mask;                                 // mask.seqlen_q == nq, mask.seqlen_k == nk
   const double* bias = nullptr;              // [nq x nk] added after ALiBi (−∞ hides); null: none
+  const uint8_t* blocks = nullptr;           // [nq x nk] 1 where the block mask shows the element
+                                             // (flashattn/block_mask.hpp); null: no block mask
   float dropout_p = 0;                       // > 0: P_ij kept iff dropout_keep(seed, stream, i, j)
   uint64_t dropout_seed = 0, dropout_stream = 0;  // (flashattn/philox.hpp), kept values ·1/(1 − p)
   int64_t vdim() const { return dv ? dv : d; }
