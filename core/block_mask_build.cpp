@@ -19,6 +19,7 @@ struct ListBuilder {
   // Returns the buffers of these lists with the given geometry.
   BlockMaskBuffers finish(BlockMaskBuffers b) const {
     const size_t lists = full.size();
+    b.max_blocks = 1;  // at least one reserved entry: index arrays are never empty (null) beside their counts
     for (size_t l = 0; l < lists; ++l)
       b.max_blocks = std::max<int64_t>(b.max_blocks, std::max(full[l].size(), partial[l].size()));
     b.full_count.resize(lists);

@@ -45,6 +45,17 @@ const char* bias_name(BiasKind b) {
   return "invalid";
 }
 
+const char* blocks_name(BlockSparse b) {
+  switch (b) {
+    case BlockSparse::off: return "off";
+    case BlockSparse::lists: return "lists";
+    case BlockSparse::bits: return "bits";
+    case BlockSparse::shared: return "shared";
+    case BlockSparse::rule: return "rule";
+  }
+  return "invalid";
+}
+
 const char* alibi_name(Alibi a) {
   switch (a) {
     case Alibi::off: return "off";
@@ -266,6 +277,11 @@ int64_t Case::work() const {
   return pairs * heads_q() * dim;
 }
 
+std::vector<int64_t> Case::longest() const {
+  if (!varlen()) return {seqlen_q, seqlen_k};
+  return {*std::max_element(varlen_q.begin(), varlen_q.end()), *std::max_element(varlen_k.begin(), varlen_k.end())};
+}
+
 std::vector<int64_t> Case::bias_sizes() const {
   if (bias == BiasKind::off) return {0, 0, 0, 0};
   int64_t rows = seqlen_q, keys = seqlen_k;
@@ -300,6 +316,8 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   if (c.bias != BiasKind::off)
     s << " bias=" << bias_name(c.bias) << " bias_dtype=" << dtype_label(c.bias_dtype) << " bias_inf=" << (c.bias_inf ? 1 : 0);
   if (c.dropout_p != 0) s << " dropout=" << c.dropout_p;
+  if (c.blocks != BlockSparse::off)
+    s << " blocks=" << blocks_name(c.blocks) << " block_q=" << c.block_q << " block_k=" << c.block_k;
   return os << s.str();
 }
 
@@ -355,6 +373,12 @@ Case parse_case(const std::string& line) {
     c.bias_inf = to_int("bias_inf", take("bias_inf")) != 0;
   }
   if (f.count("dropout")) c.dropout_p = to_float("dropout", take("dropout"));
+  if (f.count("blocks")) {
+    c.blocks = to_enum<BlockSparse>("blocks", take("blocks"), blocks_name, 5);
+    c.block_q = to_int("block_q", take("block_q"));
+    c.block_k = to_int("block_k", take("block_k"));
+    if (c.block_q < 1 || c.block_k < 1) throw std::invalid_argument("block_q and block_k must be >= 1");
+  }
   if (!f.empty()) throw std::invalid_argument("case line has unknown field " + f.begin()->first);
   if (c.varlen_q.size() != c.varlen_k.size())
     throw std::invalid_argument("varlen_q and varlen_k must have the same number of sequences");
@@ -461,6 +485,18 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
       if (c.bias == BiasKind::off) c.bias_dtype = DType::f32, c.bias_inf = false;  // not printed: keep defaults
     }
     if (space.dropout) c.dropout_p = *rc::gen::weightedElement<float>({{1, 0.0f}, {2, 0.1f}, {2, 0.5f}, {1, 0.85f}});
+    if (space.blocks) {
+      c.blocks = *rc::gen::weightedElement<BlockSparse>({{1, BlockSparse::off}, {3, BlockSparse::lists},
+                                                         {3, BlockSparse::bits}, {2, BlockSparse::shared},
+                                                         {1, BlockSparse::rule}});
+      // Sizes that divide the CPU's tiles, that do not, and sizes beyond them.
+      auto size = [] {
+        return *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::inRange<int64_t>(1, 8)},
+                                                 {3, rc::gen::elementOf(std::vector<int64_t>{8, 16, 32, 64})},
+                                                 {2, rc::gen::inRange<int64_t>(9, 81)}});
+      };
+      if (c.blocks != BlockSparse::off) c.block_q = size(), c.block_k = size();
+    }
     // The cost budget of this case (CI time): max_work / 8, / 4 or / 2 (shrinking goes to / 8),
     // spent on lengths (drop heads, lower the head dim) in 3 of 4 cases, else on width (halve the
     // lengths; shrinking goes there).

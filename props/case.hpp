@@ -48,6 +48,15 @@ enum class BiasKind : uint8_t {
   stride0,    // [S, Nq, Hq, Nk] sizes over one [Nq, Nk] table: stride 0 over sequences and heads
 };
 
+// Block-sparse mask of a case (AttentionArgs::block_mask; docs/semantics.md, "Block-sparse masks").
+enum class BlockSparse : uint8_t {
+  off,
+  lists,   // per (sequence, head, query block) lists: each block hidden, full or partial at random
+  bits,    // as lists, with element bits (random) for the partial blocks
+  shared,  // one set of lists and bits for every sequence and head (batch = heads = 1)
+  rule,    // flashattn::block_mask_from_rule of the call (the same visibility as without a mask)
+};
+
 struct Case {
   int64_t batch = 1;     // sequences (varlen: packed sequences; tensors then have batch 1)
   int64_t heads_k = 1;   // key/value heads
@@ -70,6 +79,8 @@ struct Case {
   flashattn::DType bias_dtype = flashattn::DType::f32;
   bool bias_inf = false;  // about a quarter of the bias entries are −∞, and row 0 of every table is
   float dropout_p = 0;    // dropout probability (seed and offset derived from `seed`); 0: off
+  BlockSparse blocks = BlockSparse::off;
+  int64_t block_q = 0, block_k = 0;  // the block mask's block sizes (with blocks != off)
 
   Layout layout = Layout::bshd;
   bool offset = false;  // base pointers moved by one element (aligned to the element only)
@@ -82,6 +93,8 @@ struct Case {
   // varlen sequence's rows, at least 1) or 1, Hq or 1, the keys of a sequence (the longest varlen one).
   std::vector<int64_t> bias_sizes() const;
   bool varlen() const { return !varlen_q.empty(); }
+  // Returns {rows, keys} of the longest sequence (varlen: the longest of each; else seqlen_q, seqlen_k).
+  std::vector<int64_t> longest() const;
   int64_t tensor_batch() const { return varlen() ? 1 : batch; }
   // Returns Σ over sequences of seqlen_q · seqlen_k · dim · heads_q: the oracle's cost of a case.
   int64_t work() const;
@@ -112,6 +125,7 @@ struct CaseSpace {
   std::vector<flashattn::DType> dtypes = {flashattn::DType::f32, flashattn::DType::f16, flashattn::DType::bf16};
   bool bias = false;     // draw an additive bias (every BiasKind, any bias dtype, −∞ entries)
   bool dropout = false;  // draw a dropout probability (0 included)
+  bool blocks = false;   // draw a block-sparse mask (every BlockSparse kind, block sizes 1..80)
 };
 
 // Returns a generator of cases in `space` (props/README.md gives the shares, props/coverage.hpp

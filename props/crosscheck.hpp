@@ -25,6 +25,12 @@ std::string crosscheck_backward(const Implementation& impl, const Case& c, Margi
 // write bitwise identical outputs (`margins` is not used: nothing is judged by the rule).
 std::string check_repeatable(const Implementation& impl, const Case& c, Margins* margins = nullptr);
 
+// With a block-sparse mask: returns "" if NaN in every K/V row, bias element and bit that no listed
+// block of the call makes a backend read (rows of key blocks no query block of the group lists, bias
+// entries of unlisted blocks, bits of blocks not listed partial) leaves the forward's and the
+// backward's outputs bitwise as they were ("" for cases without a block mask).
+std::string check_unlisted_unread(const Implementation& impl, const Case& c, Margins* margins = nullptr);
+
 // Returns the replay instruction for a case: FLASHATTN_REPLAY='<line>'.
 std::string replay_hint(const Case& c);
 

@@ -135,9 +135,35 @@ TEST_CASE("dropout_p = 0 is bitwise the call without dropout") {
       }());
 }
 
+// Block-sparse masks (every BlockSparse kind and block size, with bias, dbias and dropout on top of
+// every other option of the generator).
+CaseSpace block_space() {
+  CaseSpace space = crosscheck_space();
+  space.bias = space.dropout = space.blocks = true;
+  return space;
+}
+
+TEST_CASE("forward with a block-sparse mask agrees with the fp64 oracle") {
+  for_each_implementation("forward+blocks", crosscheck_forward, false, kCrossCheckCases, block_space());
+}
+
+TEST_CASE("backward with a block-sparse mask agrees with the fp64 oracle") {
+  for_each_implementation("backward+blocks", crosscheck_backward, true, kCrossCheckCases, block_space());
+}
+
+TEST_CASE("K/V rows, bias entries and bits of blocks a block mask skips are never used (NaN there changes nothing)") {
+  for_each_implementation("blocks-unread", check_unlisted_unread, false, kRepeatCases, [] {
+    CaseSpace space = block_space();
+    space.dropout = false;
+    return space;
+  }());
+}
+
 TEST_CASE("case lines parse back to the same case") {
   check("case-roundtrip", [] {
-    const Case c = *gen_case();
+    CaseSpace space;
+    space.bias = space.dropout = space.blocks = true;
+    const Case c = *gen_case(space);
     RC_ASSERT(to_string(parse_case(to_string(c))) == to_string(c));
   });
 }
@@ -165,6 +191,8 @@ TEST_CASE("replay" * doctest::skip(replay_line() == nullptr) *
     }
     const std::string rep = check_repeatable(*impl, c);
     CHECK_MESSAGE(rep.empty(), rep);
+    const std::string unread = check_unlisted_unread(*impl, c);
+    CHECK_MESSAGE(unread.empty(), unread);
   }
 }
 

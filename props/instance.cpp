@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "flashattn/block_mask_build.hpp"
 #include "flashattn/convert.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/reference.hpp"
@@ -74,6 +75,35 @@ Instance::Instance(const Case& c) : case_(c) {
     const int64_t keys = c.varlen() ? *std::max_element(c.varlen_k.begin(), c.varlen_k.end()) : c.seqlen_k;
     mask_ = make_array<uint8_t>("dropout_mask", static_cast<size_t>(lse_count_ * ((keys + 7) / 8)));
   }
+  if (c.blocks != BlockSparse::off) {
+    // Geometry: lists per sequence and head (shared, rule: one per sequence or one for all), every
+    // key block of the longest sequence reserved per list; bits rows padded by one byte per head
+    // and three per sequence (strides are part of the contract).
+    const bool one_head = c.blocks == BlockSparse::shared || c.blocks == BlockSparse::rule;
+    flashattn::BlockMask& m = block_mask_;
+    m.block_q = c.block_q;
+    m.block_k = c.block_k;
+    m.batch = c.blocks == BlockSparse::shared ? 1 : c.batch;
+    m.heads = one_head ? 1 : hq;
+    const std::vector<int64_t> rk = c.longest();
+    m.q_blocks = std::max<int64_t>(1, (rk[0] + c.block_q - 1) / c.block_q);
+    m.max_blocks = std::max<int64_t>(1, (rk[1] + c.block_k - 1) / c.block_k);
+    const size_t lists = static_cast<size_t>(m.batch * m.heads * m.q_blocks);
+    full_count_ = make_array<int32_t>("block_mask.full_count", lists);
+    partial_count_ = make_array<int32_t>("block_mask.partial_count", lists);
+    full_index_ = make_array<int32_t>("block_mask.full_index", lists * m.max_blocks);
+    partial_index_ = make_array<int32_t>("block_mask.partial_index", lists * m.max_blocks);
+    if (c.blocks == BlockSparse::bits || c.blocks == BlockSparse::shared) {
+      flashattn::BitMask& b = m.bits;
+      b.batch = m.batch;
+      b.seq = std::max<int64_t>(rk[0], 1);
+      b.heads = m.heads;
+      b.stride_head = (rk[1] + 7) / 8 + 1;
+      b.stride_seq = b.heads * b.stride_head;
+      b.stride_batch = b.seq * b.stride_seq + 3;
+      bits_ = make_array<uint8_t>("block_mask.bits", static_cast<size_t>(b.batch * b.stride_batch));
+    }
+  }
   fill_inputs();
 }
 
@@ -140,6 +170,53 @@ void Instance::fill_inputs() {
       for (int64_t h = 0; h < hq; ++h)
         slopes[s * hq + h] = static_cast<float>(std::exp2(-8.0 * (h + 1) / hq) * (0.5 + rng.uniform()));
   }
+  if (c.blocks != BlockSparse::off) fill_block_mask(rng);  // last: earlier cases keep their values
+}
+
+void Instance::fill_block_mask(Rng& rng) {
+  const Case& c = case_;
+  flashattn::BlockMask& m = block_mask_;
+  m.full_count = reinterpret_cast<const int32_t*>(full_count_.data());
+  m.full_index = reinterpret_cast<const int32_t*>(full_index_.data());
+  m.partial_count = reinterpret_cast<const int32_t*>(partial_count_.data());
+  m.partial_index = reinterpret_cast<const int32_t*>(partial_index_.data());
+  auto* fc = reinterpret_cast<int32_t*>(full_count_.data());
+  auto* fi = reinterpret_cast<int32_t*>(full_index_.data());
+  auto* pc = reinterpret_cast<int32_t*>(partial_count_.data());
+  auto* pi = reinterpret_cast<int32_t*>(partial_index_.data());
+  std::fill_n(fi, m.batch * m.heads * m.q_blocks * m.max_blocks, -7);  // unused entries: never read
+  std::fill_n(pi, m.batch * m.heads * m.q_blocks * m.max_blocks, -7);
+  if (c.blocks == BlockSparse::rule) {
+    flashattn::ForwardArgs a = base_args();
+    a.block_mask = {};
+    const flashattn::BlockMaskBuffers r = flashattn::block_mask_from_rule(a, c.block_q, c.block_k);
+    for (int64_t l = 0; l < m.batch * m.q_blocks; ++l) {
+      fc[l] = r.full_count[l];
+      pc[l] = r.partial_count[l];
+      std::copy_n(r.full_index.begin() + l * r.max_blocks, fc[l], fi + l * m.max_blocks);
+      std::copy_n(r.partial_index.begin() + l * r.max_blocks, pc[l], pi + l * m.max_blocks);
+    }
+    return;
+  }
+  // Each block hidden, full or partial; the shares vary by case (dense to sparse).
+  const int64_t hidden_in_8 = 1 + rng.below(7), full_in_8 = rng.below(8 - hidden_in_8 + 1);
+  const int64_t key_blocks = (c.longest()[1] + c.block_k - 1) / c.block_k;  // max_blocks, or 0 without keys
+  for (int64_t l = 0; l < m.batch * m.heads * m.q_blocks; ++l) {
+    fc[l] = pc[l] = 0;
+    for (int64_t kb = 0; kb < key_blocks; ++kb) {
+      const int64_t x = rng.below(8);
+      if (x < hidden_in_8) continue;
+      if (x < hidden_in_8 + full_in_8)
+        fi[l * m.max_blocks + fc[l]++] = static_cast<int32_t>(kb);
+      else
+        pi[l * m.max_blocks + pc[l]++] = static_cast<int32_t>(kb);
+    }
+  }
+  if (m.bits.batch) {  // about 3 in 4 bits set; the bits of full and hidden blocks are as random
+    m.bits.data = bits_.data();
+    for (size_t x = 0; x < bits_.bytes(); ++x)
+      bits_.data()[x] = static_cast<uint8_t>(rng.below(256) | rng.below(256));
+  }
 }
 
 flashattn::ForwardArgs Instance::base_args() {
@@ -169,6 +246,7 @@ flashattn::ForwardArgs Instance::base_args() {
     a.max_seqlen_k = *std::max_element(c.varlen_k.begin(), c.varlen_k.end());
   }
   if (c.bias != BiasKind::off) a.bias = bias_.view;
+  a.block_mask = block_mask_;
   if (c.dropout_p != 0) {
     a.dropout_p = c.dropout_p;
     a.dropout_seed = c.seed * 0x9E3779B97F4A7C15ull;  // all 64 bits in use
@@ -182,7 +260,8 @@ flashattn::ForwardArgs Instance::forward_args() {
   poison(out_);
   std::fill_n(reinterpret_cast<float*>(lse_.data()), lse_count_, std::numeric_limits<float>::quiet_NaN());
   std::fill_n(mask_.data(), mask_.bytes(), kCanary);
-  for (Buffer* in : {&q_.buffer, &k_.buffer, &v_.buffer, &dout_.buffer, &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer})
+  for (Buffer* in : {&q_.buffer, &k_.buffer, &v_.buffer, &dout_.buffer, &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer,
+                     &full_count_, &full_index_, &partial_count_, &partial_index_, &bits_})
     in->snapshot();
   flashattn::ForwardArgs a = base_args();
   if (case_.dropout_p != 0) a.dropout_mask = mask_.data();
@@ -206,14 +285,15 @@ flashattn::BackwardArgs Instance::backward_args() {
     poison(dbias_);
   }
   for (Buffer* in : {&q_.buffer, &k_.buffer, &v_.buffer, &out_.buffer, &lse_, &dout_.buffer, &key_lengths_, &cu_q_,
-                     &cu_k_, &alibi_, &bias_.buffer})
+                     &cu_k_, &alibi_, &bias_.buffer, &full_count_, &full_index_, &partial_count_, &partial_index_, &bits_})
     in->snapshot();
   return a;
 }
 
 std::string Instance::check() const {
   std::vector<const Buffer*> inputs = {&q_.buffer, &k_.buffer, &v_.buffer, &dout_.buffer,
-                                       &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer};
+                                       &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer,
+                                       &full_count_, &full_index_, &partial_count_, &partial_index_, &bits_};
   if (backward_) {
     inputs.push_back(&out_.buffer);
     inputs.push_back(&lse_);
@@ -221,7 +301,8 @@ std::string Instance::check() const {
   for (const Buffer* in : inputs)
     if (std::string e = in->unchanged_since_snapshot(); !e.empty()) return e;
   for (const Buffer* b : {&q_.buffer, &k_.buffer, &v_.buffer, &out_.buffer, &dout_.buffer, &dq_.buffer, &dk_.buffer,
-                          &dv_.buffer, &lse_, &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer, &dbias_.buffer, &mask_})
+                          &dv_.buffer, &lse_, &key_lengths_, &cu_q_, &cu_k_, &alibi_, &bias_.buffer, &dbias_.buffer, &mask_,
+                          &full_count_, &full_index_, &partial_count_, &partial_index_, &bits_})
     if (std::string e = b->check_outside_view(); !e.empty()) return e;
   return "";
 }

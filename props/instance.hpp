@@ -12,6 +12,7 @@
 #include "flashattn/args.hpp"
 #include "props/buffers.hpp"
 #include "props/case.hpp"
+#include "props/rng.hpp"
 
 namespace props {
 
@@ -50,14 +51,19 @@ class Instance {
   const uint8_t* dropout_mask() const { return mask_.data(); }
   int64_t dropout_mask_bytes() const { return static_cast<int64_t>(mask_.bytes()); }
   int64_t lse_count() const { return lse_count_; }
+  // The block-sparse mask of the case (unused: blocks == off); its arrays are guarded inputs.
+  const flashattn::BlockMask& block_mask() const { return block_mask_; }
 
  private:
   void fill_inputs();
+  void fill_block_mask(Rng& rng);
   flashattn::ForwardArgs base_args();
 
   Case case_;
   GuardedTensor q_, k_, v_, out_, dout_, dq_, dk_, dv_, bias_, dbias_;
   Buffer lse_, key_lengths_, cu_q_, cu_k_, alibi_, mask_;
+  Buffer full_count_, full_index_, partial_count_, partial_index_, bits_;  // block mask
+  flashattn::BlockMask block_mask_;
   int64_t lse_count_ = 0;
   bool backward_ = false;  // whether the last call was backward (out and lse are then inputs)
 };

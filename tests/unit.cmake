@@ -16,6 +16,7 @@ add_executable(flashattn_unit
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_accepts.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_validate_inference.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_bias_dropout.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit_block_mask.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit_api.cpp)
 target_link_libraries(flashattn_unit PRIVATE flashattn::reference doctest::doctest)
 target_compile_options(flashattn_unit PRIVATE -Wall -Wextra)

@@ -144,6 +144,8 @@ int64_t side_count(const FuzzCase& c, const void* p) {
   if (p == c.alibi.data.get()) return c.alibi.count;
   if (p == c.sinks.data.get()) return c.sinks.count;
   if (p == c.block_table.data.get()) return c.block_table.count;
+  for (const SideArray<int32_t>* l : {&c.full_count, &c.full_index, &c.partial_count, &c.partial_index})
+    if (p == l->data.get()) return l->count;
   return -1;
 }
 
@@ -489,6 +491,16 @@ unsigned char* hostile_pointer(ByteReader& r, FuzzCase& c, const Buffer& own) {
   }
 }
 
+// Returns the keys per sequence of a case (the bias's dim, the block mask's key range): the pages'
+// capacity when the table's fields are still sane (an earlier overwrite may have made them hostile:
+// then the base length, which validation will reject as a mismatch), else the base length.
+int64_t case_keys(const FuzzCase& c) {
+  const CallFields& a = c.args;
+  if (a.block_table && a.block_table_pages >= 0 && a.block_table_pages <= 64 && a.k.seq >= 0 && a.k.seq <= 64)
+    return a.block_table_pages * a.k.seq;
+  return c.nk;
+}
+
 // The bias and dropout extension (docs/semantics.md, "Additive bias and dropout"), from bytes past
 // the inference extension, after the marker kBiasDropoutMarker: a bias (full, broadcast by size 1
 // over sequences and rows or over heads, or by stride 0) of any dtype with a few −∞ entries, its
@@ -498,12 +510,7 @@ void decode_bias_dropout(ByteReader& r, FuzzCase& c) {
   if (r.empty() || r.take<uint16_t>() != kBiasDropoutMarker) return;
   CallFields& a = c.args;
   const int64_t nseq = c.varlen ? c.cu_q.count - 1 : c.batch;
-  // Keys per sequence (the bias's dim): the pages' capacity when the table's fields are still sane
-  // (an earlier overwrite may have made them hostile: then the base length, which validation will
-  // reject as a mismatch), else the base length.
-  int64_t keys = c.nk;
-  if (a.block_table && a.block_table_pages >= 0 && a.block_table_pages <= 64 && a.k.seq >= 0 && a.k.seq <= 64)
-    keys = a.block_table_pages * a.k.seq;
+  const int64_t keys = case_keys(c);
   if (r.chance(160)) {
     const int kind = static_cast<int>(r.pick(4));
     const DType dt = static_cast<DType>(r.pick(3));
@@ -580,6 +587,96 @@ void decode_bias_dropout(ByteReader& r, FuzzCase& c) {
   }
 }
 
+constexpr uint16_t kBlockMaskMarker = 0x1F14;
+
+// The block-sparse mask extension (docs/semantics.md, "Block-sparse masks"), from bytes past the bias
+// and dropout extension, after the marker kBlockMaskMarker: block sizes 1..9, lists per sequence and
+// head or shared (batch, heads 1), every key block hidden, full or partial, element bits (shared or
+// per sequence and head) or none; then up to two hostile overwrites (a geometry field, a count, an
+// entry, the lists swapped, the bits' sizes, strides or pointer).
+void decode_block_mask(ByteReader& r, FuzzCase& c) {
+  if (r.empty() || r.take<uint16_t>() != kBlockMaskMarker) return;
+  BlockMask& m = c.args.block_mask;
+  const int64_t nseq = c.varlen ? c.cu_q.count - 1 : c.batch, keys = case_keys(c);
+  m.block_q = 1 + r.pick(9);
+  m.block_k = 1 + r.pick(9);
+  m.batch = r.chance(128) || nseq < 1 ? 1 : nseq;
+  m.heads = r.chance(128) ? 1 : c.hq;
+  m.q_blocks = std::max<int64_t>(1, (c.nq + m.block_q - 1) / m.block_q);
+  m.max_blocks = std::max<int64_t>(1, (keys + m.block_k - 1) / m.block_k);
+  const int64_t lists = m.batch * m.heads * m.q_blocks;
+  c.full_count.resize(lists);
+  c.partial_count.resize(lists);
+  c.full_index.resize(lists * m.max_blocks);
+  c.partial_index.resize(lists * m.max_blocks);
+  for (int64_t l = 0; l < lists; ++l)
+    for (int64_t kb = 0; kb * m.block_k < keys; ++kb) {
+      const unsigned kind = r.pick(3);  // hidden, full, partial
+      if (kind == 1) c.full_index.data[l * m.max_blocks + c.full_count.data[l]++] = static_cast<int32_t>(kb);
+      if (kind == 2) c.partial_index.data[l * m.max_blocks + c.partial_count.data[l]++] = static_cast<int32_t>(kb);
+    }
+  m.full_count = c.full_count.data.get();
+  m.full_index = c.full_index.data.get();
+  m.partial_count = c.partial_count.data.get();
+  m.partial_index = c.partial_index.data.get();
+  if (r.chance(160)) {
+    BitMask& b = m.bits;
+    b.batch = m.batch;
+    b.heads = m.heads;
+    b.seq = r.chance(64) ? 1 : std::max<int64_t>(c.nq, 1);
+    b.stride_head = (keys + 7) / 8;
+    b.stride_seq = b.heads * b.stride_head;
+    b.stride_batch = b.seq * b.stride_seq;
+    c.bits_buf.size = static_cast<size_t>(std::max<int64_t>(0, b.batch * b.stride_batch));
+    c.bits_buf.bytes.reset(new unsigned char[c.bits_buf.size > 0 ? c.bits_buf.size : 1]);
+    for (size_t x = 0; x < c.bits_buf.size; ++x) c.bits_buf.bytes[x] = r.take<uint8_t>();
+    b.data = c.bits_buf.begin();
+  }
+  c.trace += " block_mask(" + std::to_string(m.block_q) + "x" + std::to_string(m.block_k) + ", batch " +
+             std::to_string(m.batch) + ", heads " + std::to_string(m.heads) + (m.bits.data ? ", bits)" : ")");
+  for (int n = 0, count = static_cast<int>(r.pick(3)); n < count; ++n) {
+    std::string& tr = c.trace;
+    switch (r.pick(6)) {
+      case 0: {
+        int64_t* fields[] = {&m.block_q, &m.block_k, &m.batch, &m.heads, &m.q_blocks, &m.max_blocks};
+        const unsigned f = r.pick(6);
+        *fields[f] = hostile_i64(r, *fields[f]);
+        tr += " | block_mask field " + std::to_string(f) + "=" + std::to_string(*fields[f]);
+        break;
+      }
+      case 1:
+        if (lists > 0) {
+          int32_t& n32 = (r.chance(128) ? c.full_count : c.partial_count).data[r.take<uint16_t>() % lists];
+          n32 = hostile_i32(r, n32);
+          tr += " | a block count=" + std::to_string(n32);
+        }
+        break;
+      case 2:
+        if (lists > 0) {
+          int32_t& e = (r.chance(128) ? c.full_index : c.partial_index).data[r.take<uint16_t>() % (lists * m.max_blocks)];
+          e = hostile_i32(r, e);
+          tr += " | a block index=" + std::to_string(e);
+        }
+        break;
+      case 3:
+        std::swap(m.full_index, m.partial_index);  // a block listed twice, or lists of other counts
+        tr += " | block lists swapped";
+        break;
+      case 4: {
+        int64_t* fields[] = {&m.bits.batch, &m.bits.seq, &m.bits.heads, &m.bits.stride_batch, &m.bits.stride_seq,
+                             &m.bits.stride_head};
+        const unsigned f = r.pick(6);
+        *fields[f] = hostile_i64(r, *fields[f]);
+        tr += " | bits field " + std::to_string(f) + "=" + std::to_string(*fields[f]);
+        break;
+      }
+      default:
+        m.bits.data = hostile_pointer(r, c, c.bits_buf);
+        tr += " | bits moved";
+    }
+  }
+}
+
 // Returns whether validate() can read every side-array entry it would read for these arguments.
 bool side_arrays_readable(const FuzzCase& c) {
   const CallFields& a = c.args;
@@ -588,6 +685,15 @@ bool side_arrays_readable(const FuzzCase& c) {
                         static_cast<const void*>(a.sinks), static_cast<const void*>(a.block_table)})
     if (side_count(c, p) < 0) return false;
   if (a.sinks && a.q.heads > side_count(c, a.sinks)) return false;
+  // validate reads every count of the block mask's lists and the entries below each count, whose
+  // rows are max_blocks apart: the arrays must hold lists (and lists x max_blocks) entries.
+  const BlockMask& m = a.block_mask;
+  const __int128 lists = static_cast<__int128>(m.batch) * m.heads * m.q_blocks;
+  const __int128 entries = lists * m.max_blocks;
+  for (const int32_t* p : {m.full_count, m.partial_count})
+    if (p && (side_count(c, p) < 0 || lists > side_count(c, p))) return false;
+  for (const int32_t* p : {m.full_index, m.partial_index})
+    if (p && (side_count(c, p) < 0 || entries > side_count(c, p))) return false;
   // validate reads the entries of the pages each sequence's keys occupy: at most the whole
   // [q.batch, block_table_pages] table with its stride (when that geometry itself passes).
   if (a.block_table && a.q.batch > 0 && a.block_table_pages > 0 && a.block_table_stride >= 0) {
@@ -618,13 +724,15 @@ bool decode(const uint8_t* data, size_t size, FuzzCase& c) {
   c.base_bytes = r.position();
   decode_inference(r, c);
   decode_bias_dropout(r, c);
+  c.bias_end = r.position();
+  decode_block_mask(r, c);
   return side_arrays_readable(c);
 }
 
 std::vector<const Buffer*> all_buffers(const FuzzCase& c) {
   std::vector<const Buffer*> r;
   for (const Buffer& b : c.buffers) r.push_back(&b);
-  for (const Buffer* b : {&c.bias_buf, &c.dbias_buf, &c.mask_buf}) r.push_back(b);
+  for (const Buffer* b : {&c.bias_buf, &c.dbias_buf, &c.mask_buf, &c.bits_buf}) r.push_back(b);
   return r;
 }
 

@@ -70,6 +70,7 @@ struct CallFields : private AttentionArgs {
   using AttentionArgs::dropout_p;
   using AttentionArgs::dropout_seed;
   using AttentionArgs::dropout_offset;
+  using AttentionArgs::block_mask;
   Tensor q, k, v, out, dout, dq, dk, dv;
   Tensor bias, dbias;                 // bias: an input (a writable view only so mutations reach it alike)
   uint8_t* dropout_mask = nullptr;    // forward output
@@ -106,6 +107,10 @@ struct FuzzCase {
   SideArray<int32_t> block_table;
   SideArray<float> dsinks;  // the backward's dsinks output (an array like the side arrays)
   Buffer bias_buf, dbias_buf, mask_buf;  // the bias, dbias and keep-mask extension's buffers
+  // The block-mask extension's lists (side arrays: validate reads them) and element bits (a buffer).
+  SideArray<int32_t> full_count, full_index, partial_count, partial_index;
+  Buffer bits_buf;
+  size_t bias_end = 0;  // bytes read up to the end of the bias and dropout extension
   // Whether the input values are moderate and finite and the numeric options untouched, so results
   // can be compared with the oracle (otherwise only "computes or throws, touches nothing else").
   bool tame = true;
@@ -132,7 +137,8 @@ bool decode(const uint8_t* data, size_t size, FuzzCase& c);
 // Returns whether [p, p + bytes) lies inside one buffer of the case.
 bool inside_buffer(const FuzzCase& c, const void* p, int64_t bytes);
 
-// Returns every tensor buffer of the case: the slots in order, then bias, dbias and the keep mask.
+// Returns every tensor buffer of the case: the slots in order, then bias, dbias, the keep mask and
+// the block mask's bits.
 std::vector<const Buffer*> all_buffers(const FuzzCase& c);
 
 }  // namespace flashattn::fuzz

@@ -105,6 +105,14 @@ bool fits(const FuzzCase& c) {
     if (elements(bt) > kMaxElements) return false;
     if (has_elements(bt) && !inside_buffer(c, b.data, span_bytes(bt))) return false;
   }
+  if (a.block_mask.bits.data) {  // the bits' extent (validated sizes and strides) inside their buffer
+    const BitMask& b = a.block_mask.bits;
+    const int64_t row = (key_columns(f) + 7) / 8;
+    const __int128 last = static_cast<__int128>(b.batch > 1 ? b.batch - 1 : 0) * b.stride_batch +
+                          static_cast<__int128>(b.seq > 1 ? b.seq - 1 : 0) * b.stride_seq +
+                          static_cast<__int128>(b.heads > 1 ? b.heads - 1 : 0) * b.stride_head + row;
+    if (last > kMaxElements || !inside_buffer(c, b.data, static_cast<int64_t>(last))) return false;
+  }
   if (c.backward && view_set(a.dbias)) {
     if (elements(a.dbias) > kMaxElements) return false;
     if (has_elements(a.dbias) && !inside_buffer(c, a.dbias.data, span_bytes(a.dbias))) return false;
@@ -135,6 +143,10 @@ Snapshot snapshot(const FuzzCase& c) {
   side(c.sinks);
   side(c.block_table);
   side(c.dsinks);
+  side(c.full_count);
+  side(c.full_index);
+  side(c.partial_count);
+  side(c.partial_index);
   return s;
 }
 
@@ -165,6 +177,8 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
                               c.sinks.count * 4, c.block_table.count * 4})
     w.emplace_back(static_cast<size_t>(bytes), false);
   w.emplace_back(static_cast<size_t>(c.dsinks.count * 4), c.backward && a.dsinks == c.dsinks.data.get());
+  for (const int64_t n : {c.full_count.count, c.full_index.count, c.partial_count.count, c.partial_index.count})
+    w.emplace_back(static_cast<size_t>(n * 4), false);
   if (c.backward) {
     mark_view(a.dq);
     mark_view(a.dk);
