@@ -27,6 +27,10 @@ struct Implementation {
   // Returns why a case is not supported ("" if it is); empty: everything is supported. Unsupported
   // cases are discarded (RapidCheck generates others in their place).
   std::function<std::string(const Case&)> unsupported;
+  // True for the oracle's modes: they materialise every element of S and P, so their P·V and dS·K
+  // include the K/V rows of hidden keys with a zero weight (0·NaN = NaN). The property that a
+  // block mask's skipped blocks are never used (check_unlisted_unread) applies to the others only.
+  bool materialises = false;
 };
 
 // Registers an implementation (call before run()).

@@ -36,17 +36,17 @@ void naive_forward(const ForwardArgs& a, Precision p) {
 
 int main(int argc, char** argv) {
   props::add({"reference-fp64", [](const ForwardArgs& a) { flashattn::reference::forward(a, Precision::fp64); },
-              [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::fp64); }, {}});
+              [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::fp64); }, {}, true});
   props::add({"reference-same-precision",
               [](const ForwardArgs& a) { naive_forward(a, Precision::same_as_input); },
-              [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input); }, {}});
+              [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input); }, {}, true});
   props::add({"reference-same-precision-reversed",
               [](const ForwardArgs& a) { naive_forward(a, Precision::same_as_input_reversed); },
               [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input_reversed); },
-              {}});
+              {}, true});
   props::add({"reference-same-precision-alternating",
               [](const ForwardArgs& a) { naive_forward(a, Precision::same_as_input_alternating); },
               [](const BackwardArgs& a) { flashattn::reference::backward(a, Precision::same_as_input_alternating); },
-              {}});
+              {}, true});
   return props::run(argc, argv);
 }

@@ -19,6 +19,7 @@
 
 #include <doctest/doctest.h>
 
+#include "flashattn/block_mask_build.hpp"
 #include "flashattn/convert.hpp"
 #include "flashattn/cpu.hpp"
 #include "flashattn/flashattn.hpp"
@@ -46,7 +47,17 @@ struct Spec {
   float softcap = 0;
   bool alibi = false, sinks = false, varlen = false, seqlens = false, paged = false;
   bool backward = true;
+  bool blocks = false;  // a block-sparse mask at 3 x 4 blocks, per sequence and head, with bits
 };
+
+// Visibility of the block-sparse mask of Spec::blocks: per 3 x 4 block hidden, full or partial
+// (elements by a hash), so rows and keys of every kind occur.
+bool block_visible(int64_t s, int64_t h, int64_t i, int64_t j) {
+  const uint64_t blk = (static_cast<uint64_t>(s) * 131 + h * 31 + (i / 3) * 7 + j / 4) * 0x9E3779B97F4A7C15ull;
+  const int kind = static_cast<int>((blk >> 40) % 4);  // 0 hidden, 1-2 full, 3 partial
+  if (kind != 3) return kind != 0;
+  return ((static_cast<uint64_t>(i) * 0x2545F4914F6CDD1Dull + j * 0x9E3779B9ull) >> 33) % 3 != 0;
+}
 
 // A byte buffer holding `n` elements of dtype t with values from rng in [−1, 1) (times `scale`).
 std::vector<unsigned char> random_buffer(DType t, int64_t n, std::mt19937& rng, float scale = 1.0f) {
@@ -63,6 +74,7 @@ struct Call {
   std::vector<float> lse, alibi, sinks;
   std::vector<int32_t> cu_q, cu_k, seqlens, table;
   std::vector<uint8_t> mask;
+  flashattn::BlockMaskBuffers blocks;
   flashattn::ForwardArgs fwd;
   flashattn::BackwardArgs bwd;
 
@@ -127,6 +139,10 @@ struct Call {
       fwd.sinks = sinks.data();
     }
     make_bias(rng, S, qrows, kcols);
+    if (s.blocks) {
+      blocks = flashattn::block_mask_from_predicate(S, s.hq, s.varlen ? s.nq : qrows, kcols, 3, 4, block_visible);
+      fwd.block_mask = blocks.view();
+    }
     fwd.dropout_p = s.p;
     fwd.dropout_seed = 0x123456789abcdefull;
     fwd.dropout_offset = 77;
@@ -374,6 +390,37 @@ TEST_CASE("cpu bias and dropout: decode shapes, paged K/V") {
     s.paged = true;
     s.backward = false;  // paged K/V is forward-only
     s.name = "decode paged";
+    check_case(s);
+  }
+}
+
+// Block-sparse masks on the CPU's general path (the decode path declines them) with what the
+// property generator does not draw together with them: paged K/V, decode shapes, sinks, dv != d.
+TEST_CASE("cpu block mask: decode shapes, paged K/V, sinks, dv != d, varlen, with bias and dropout") {
+  for (const DType t : {DType::f32, DType::bf16}) {
+    Spec s;
+    s.dtype = t;
+    s.blocks = true;
+    s.p = 0.2f;
+    s.name = "blocks";
+    check_case(s);
+    s.varlen = true;
+    s.sinks = true;
+    s.dv = 24;
+    s.bias = BiasKind::heads;
+    s.name = "blocks varlen sinks dv";
+    check_case(s);
+    s = Spec{};
+    s.dtype = t;
+    s.blocks = true;
+    s.nq = 3;
+    s.nk = 41;
+    s.causal = true;
+    s.seqlens = true;
+    s.paged = true;
+    s.sinks = true;
+    s.backward = false;  // paged K/V is forward-only
+    s.name = "blocks decode paged";
     check_case(s);
   }
 }
