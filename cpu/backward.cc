@@ -400,12 +400,26 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
       pass_hi = std::max(pass_hi, b.key_hi);
       if (self_norm) StartRowSums(a, p, b, h);
     }
+    // Returns the first key block at or after c that some block of the pass sees: c itself without a
+    // block mask; with one, blocks of unlisted tiles are passed over (never read, nor prefetched).
+    const auto pass_from = [&](int64_t c) {
+      if (!a.block_mask.used()) return c;
+      for (; c < pass_hi; c += p.block_k)
+        for (int64_t i = 0; i < nb; ++i) {
+          const QueryBlock& b = w.blk[i];
+          if (c >= b.kb_lo && c < b.key_hi &&
+              classify_tiles(a, seq, h, b.r0, b.r1, c, std::min(c + p.block_k, nk)).kind() != TileKind::empty)
+            return c;
+        }
+      return pass_hi;
+    };
     // Pass 1: P = exp(S − LSE) of every key block the rows see, into the P caches; row sums for
     // self-normalisation.
-    for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
+    for (int64_t c0 = pass_from(pass_lo), c_next; c0 < pass_hi; c0 = c_next) {
       const int64_t c1 = std::min(c0 + p.block_k, nk);
+      c_next = pass_from(c0 + p.block_k);
       if (!bf16) {
-        for (int64_t j = c1; j < std::min(c1 + p.block_k, nk); ++j) {  // the next block's keys
+        for (int64_t j = c_next; j < std::min(c_next + p.block_k, nk); ++j) {  // the next block's keys
           prefetch_row(k.data, DType::f32, j * k.ld, dim, PrefetchFor::read_soon);
         }
       }
@@ -421,16 +435,17 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
     for (int64_t i = 0; i < nb && self_norm; ++i) FinishRowSums(p, w.blk[i]);
     // Pass 2: the gradients, key blocks in the same order; per key block the pass's query blocks
     // in order.
-    for (int64_t c0 = pass_lo; c0 < pass_hi; c0 += p.block_k) {
+    for (int64_t c0 = pass_from(pass_lo), c_next; c0 < pass_hi; c0 = c_next) {
       const int64_t c1 = std::min(c0 + p.block_k, nk), nkb = c1 - c0;
       const ConstMatrix kb = row_block(k, c0, nkb, dim);  // K[c0, c1)
+      c_next = pass_from(c0 + p.block_k);
       {  // the next block's operands: long sequences stream them from memory
-        const int64_t n1 = std::max<int64_t>(std::min(c1 + p.block_k, nk) - c1, 0);
-        if (!bf16) prefetch_kv_block(k, v, c1, c1 + n1, nk, dim);
-        prefetch_row(w.dkt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
-        prefetch_row(w.dvt + c1 * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
+        const int64_t cn = std::min(c_next, nk), n1 = std::max<int64_t>(std::min(cn + p.block_k, nk) - cn, 0);
+        if (!bf16) prefetch_kv_block(k, v, cn, cn + n1, nk, dim);
+        prefetch_row(w.dkt + cn * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
+        prefetch_row(w.dvt + cn * dp, DType::f32, 0, n1 * dp, PrefetchFor::read_soon);
         for (int64_t i = 0; i < nb; ++i) {
-          prefetch_row(w.blk[i].pc + c1 * ld, DType::f32, 0, n1 * ld, PrefetchFor::read_soon);
+          prefetch_row(w.blk[i].pc + cn * ld, DType::f32, 0, n1 * ld, PrefetchFor::read_soon);
         }
       }
       for (int64_t i = 0; i < nb; ++i) {

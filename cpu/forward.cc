@@ -224,10 +224,19 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     const float hidden = fused_scale < 0 ? inf : -inf;
     const ConstMatrix qt{w.qt, dim, W, ld};  // Qᵀ [d x W]
     const Matrix<float> ot{w.ot, dim, W, ld};  // Oᵀ [d x W]
-    for (int64_t c0 = first_key_tile(a, key_lo, p.block_k); c0 < key_hi; c0 = std::min(c0 + p.block_k, key_hi)) {
+    // Returns the first tile at or after key c that the rows see: c itself without a block mask;
+    // with one, tiles of unlisted blocks are passed over (never read, nor prefetched).
+    const auto visited_from = [&](int64_t c) {
+      while (a.block_mask.used() && c < key_hi &&
+             classify_tiles(a, seq, h, r0, r1, c, std::min(c + p.block_k, key_hi)).kind() == TileKind::empty)
+        c += p.block_k;
+      return std::min(c, key_hi);
+    };
+    for (int64_t c0 = visited_from(first_key_tile(a, key_lo, p.block_k)), c_next; c0 < key_hi; c0 = c_next) {
       const int64_t c1 = std::min(c0 + p.block_k, key_hi), nk = c1 - c0;
-      if (!(kBf16Path && p.bf16_dot)) prefetch_kv_block(k, v, c1, c1 + p.block_k, key_hi, dim);
-      if (c1 == key_hi) {  // the last tile: start the misses of this item's out rows and the next q rows
+      c_next = visited_from(c1);
+      if (!(kBf16Path && p.bf16_dot)) prefetch_kv_block(k, v, c_next, c_next + p.block_k, key_hi, dim);
+      if (c_next == key_hi) {  // the last tile: start the misses of this item's out rows and the next q rows
         for (int64_t i = 0; i < rows; ++i) {
           prefetch_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + r0 + i, h), dim, PrefetchFor::write);
         }
