@@ -158,6 +158,11 @@ TEST_CASE("validate: bad block masks are rejected naming the field") {
     std::swap(index[l2 * m.max_blocks], index[l2 * m.max_blocks + 1]);
     m.full_index = index.data();
   }, {"block_mask.full_index", "strictly increasing"});
+  bad([&](BlockMask& m) {  // a block listed twice
+    index = fx.blocks.full_index;
+    index[l2 * m.max_blocks + 1] = index[l2 * m.max_blocks];
+    m.full_index = index.data();
+  }, {"block_mask.full_index", "strictly increasing"});
   // A block both full and partial.
   std::vector<int32_t> pcount(fx.blocks.partial_count), pindex(fx.blocks.partial_index);
   bad([&](BlockMask& m) {
