@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
@@ -77,18 +78,32 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   const int slab = warp / Tr::kSplit, part = warp % Tr::kSplit;
   const int col0 = part * Tr::kCols, vcol0 = part * Tr::kVCols;  // this warp's first dK / dV column
 
-  {
-    const int64_t visible = m.seqlen_k - k0;
-    const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
-    load_tile<Bc, D>(sK, static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk), p.k.stride_seq,
-                     valid, tid, Tr::kThreads);
-    load_tile<Bc, DV>(sV, static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk), p.v.stride_seq,
-                      valid, tid, Tr::kThreads);
-  }
-
+  // With a block mask, only the (query head, query block) steps classify_tile does not call empty
+  // are visited, and only the key rows some visited step's lists name are loaded.
+  const BlockMask& bm = p.block_mask;
   const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
   const int64_t per_head = qblocks.last - qblocks.first;
   const int64_t steps = per_head * group;  // (query head of the group, query block) pairs
+  {
+    const int64_t visible = m.seqlen_k - k0;
+    const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
+    const int64_t qr1 = qblocks.last * Br < m.seqlen_q ? qblocks.last * Br : m.seqlen_q;
+    const uint64_t rows = listed_rows<Bc>(bm, s, hk * group, hk * group + group, qblocks.first * Br, qr1, k0);
+    const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk);
+    const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk);
+    load_listed_rows<Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid, Tr::kThreads);
+    load_listed_rows<Bc, DV>(sV, [&](int r) { return v + r * p.v.stride_seq; }, v, valid, rows, tid, Tr::kThreads);
+  }
+  // Returns the first step at or after `step` whose tile classify_tile does not call empty.
+  auto next_step = [&](int64_t step) {
+    if (!bm.used()) return step;
+    for (; step < steps; ++step) {
+      const int64_t i0 = (qblocks.first + step % per_head) * Br;
+      const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
+      if (classify_tile(m, bm, s, hk * group + step / per_head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+    }
+    return step;
+  };
   auto load_q = [&](int64_t step, int buf) {
     const int hq = hk * group + static_cast<int>(step / per_head);
     const int64_t i0 = (qblocks.first + step % per_head) * Br;
@@ -105,16 +120,18 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
       sDot[buf * Br + r] = ok ? p.dot[idx] : 0.0f;
     }
   };
-  if (steps > 0) load_q(0, 0);
+  const int64_t first = next_step(0);
+  if (first < steps) load_q(first, 0);
   cp_async_commit();
 
   float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
   const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
 
-  for (int64_t step = 0; step < steps; ++step) {
-    const int buf = static_cast<int>(step & 1);
-    if (step + 1 < steps) {
-      load_q(step + 1, buf ^ 1);
+  int buf = 0;
+  for (int64_t step = first, next; step < steps; step = next, buf ^= 1) {
+    next = next_step(step + 1);  // prefetched while this one computes
+    if (next < steps) {
+      load_q(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -139,6 +156,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
     const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
+    const bool block_partial = block_kind(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full;
     const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0, lane)
                                   : ~0u;
@@ -150,7 +168,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
         const int64_t i = i0 + il, j = key[e / 2];
         float th = 0;
         const float lse = tLse[il];
-        const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j)));
+        const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
+                          (!block_partial || block_visible(m, bm, s, hq, i, j));
         const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, kExtras ? bias(i, j) : 0.0f, th) - lse * kLog2e) : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];

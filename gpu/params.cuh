@@ -9,6 +9,7 @@
 #endif
 
 #include "flashattn/args.hpp"
+#include "flashattn/block_mask.hpp"
 #include "flashattn/mask.hpp"
 #include "flashattn/philox.hpp"
 #include "flashattn/problem.hpp"
@@ -62,6 +63,8 @@ struct CommonParams {
   float dropout_p = 0, dropout_scale = 1;
   uint32_t dropout_threshold = 0;
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  // Block-sparse mask (flashattn/block_mask.hpp) with device lists and bits; unused (all zero): none.
+  BlockMask block_mask;
 };
 
 // The forward adds its outputs.
