@@ -42,8 +42,10 @@ __device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) 
 
 // kExtras: the bias and dropout code is compiled in. The launcher picks the variant without it for
 // calls that use neither, so they keep the registers they had before those features (with them the
-// d = 32 and d = 64 kernels reach 255 registers and spill; docs/gpu.md).
-template <int D, int DV, class T, bool kExtras>
+// d = 32 and d = 64 kernels reach 255 registers and spill; docs/gpu.md). kBlockSparse: the
+// block-mask code is compiled in; it comes only with kExtras (backward_variant: three variants, not
+// four), so calls without a block mask run the code they ran before block masks.
+template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
 __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     backward_kernel(const BackwardParams p, const bool atomic_dq) {
   using Tr = BackwardTraits<D, DV>;
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const int64_t visible = m.seqlen_k - k0;
     const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
     const int64_t qr1 = qblocks.last * Br < m.seqlen_q ? qblocks.last * Br : m.seqlen_q;
-    const uint64_t rows = listed_rows<Bc>(bm, s, hk * group, hk * group + group, qblocks.first * Br, qr1, k0);
+    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, hk * group, hk * group + group, qblocks.first * Br, qr1, k0);
     const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk);
     const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk);
     load_listed_rows<Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid, Tr::kThreads);
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   }
   // Returns the first step at or after `step` whose tile classify_tile does not call empty.
   auto next_step = [&](int64_t step) {
-    if (!bm.used()) return step;
+    if (!kBlockSparse || !bm.used()) return step;
     for (; step < steps; ++step) {
       const int64_t i0 = (qblocks.first + step % per_head) * Br;
       const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
@@ -156,7 +158,13 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
     const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
-    const bool block_partial = block_kind(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full;
+    const uint32_t block_hidden =
+        block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) == TileKind::full
+            ? 0u
+            : block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
+                i = i0 + nb * kMmaCols + 2 * t + e % 2;
+                j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
+              });
     const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0, lane)
                                   : ~0u;
@@ -169,7 +177,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
         float th = 0;
         const float lse = tLse[il];
         const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
-                          (!block_partial || block_visible(m, bm, s, hq, i, j));
+                          !((block_hidden >> (4 * nb + e)) & 1u);
         const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, kExtras ? bias(i, j) : 0.0f, th) - lse * kLog2e) : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
@@ -264,6 +272,15 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
       *reinterpret_cast<uint32_t*>(vrow + vcol0 + nd * kMmaCols + 2 * t) =
           Elem<T>::pack(dv_scale * acc_dv[nd][2 * r], dv_scale * acc_dv[nd][2 * r + 1]);
   }
+}
+
+// Returns the dK/dV kernel variant of a call: with the block-mask code when it has a block mask
+// (and then with the bias and dropout code too), else with the bias and dropout code only when it
+// uses either.
+template <int D, int DV, class T>
+auto backward_variant(const BackwardParams& p) {
+  if (uses_block_mask(p)) return backward_kernel<D, DV, T, true, true>;
+  return uses_extras(p) ? backward_kernel<D, DV, T, true, false> : backward_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

@@ -17,7 +17,8 @@
 
 namespace flashattn::gpu::detail {
 
-template <int D, int DV, class T>
+// kBlockSparse: the block-mask code is compiled in (as the forward's).
+template <int D, int DV, class T, bool kBlockSparse>
 __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const BackwardParams p) {
   using Tr = DqTraits<D, DV>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
   auto load_kv = [&](int64_t tile, int buf) {
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
-    const uint64_t rows = listed_rows<Bc>(bm, s, h, h + 1, r0, r1, c0);
+    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
     load_listed_rows<Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + (c0 + r) * p.k.stride_seq; }, k, valid,
                             rows, tid, Tr::kThreads);
     load_listed_rows<Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + (c0 + r) * p.v.stride_seq; }, v, valid,
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
                    static_cast<int>(r1 - r0), tid, Tr::kThreads);
   load_tile<Br, DV>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
                    p.dout.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
-  const int64_t first = next_visited<Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
+  const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
   if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();
 
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
 
   int buf = 0;
   for (int64_t tile = first, next; tile < tiles.last; tile = next, buf ^= 1) {
-    next = next_visited<Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
+    next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
     if (next < tiles.last) {
       load_kv(next, buf ^ 1);
       cp_async_commit();
@@ -105,7 +106,13 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     // P = exp(mask(bias + transform(scale·S)) − LSE);  dS = P∘(dP∘Z/(1 − p) − D)·(1 − tanh²) for
     // soft-capping. A block with rows past the sequence tests every tile: those rows read no bias.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
-    const bool block_partial = block_kind(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full;
+    const uint32_t block_hidden =
+        block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) == TileKind::full
+            ? 0u
+            : block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+                i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
+                j = c0 + nb * kMmaCols + 2 * t + e % 2;
+              });
     const bool dropout = p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_rows<kNTiles>(drop, row, c0, lane) : ~0u;
 #pragma unroll
@@ -115,7 +122,7 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
         const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
         float th = 0;
         const bool seen = (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
-                          (!block_partial || block_visible(m, bm, s, h, i, j));
+                          !((block_hidden >> (4 * nb + e)) & 1u);
         const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];

@@ -25,7 +25,9 @@ __device__ inline TileRange split_tiles(const TileRange& tiles, int split, int n
   return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
 }
 
-template <int D, int DV, class T>
+// kBlockSparse: the block-mask code is compiled in (the launcher picks it for calls with a block
+// mask; the variant without it keeps its registers, docs/gpu.md).
+template <int D, int DV, class T, bool kBlockSparse>
 __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     forward_kernel(const ForwardParams p) {
   using Tr = ForwardTraits<D, DV>;
@@ -65,14 +67,14 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   auto load_kv = [&](int64_t tile, int buf) {
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
-    const uint64_t rows = listed_rows<Bc>(bm, s, h, h + 1, r0, r1, c0);
+    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
     load_listed_rows<Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k,
                             valid, rows, tid, Tr::kThreads);
     load_listed_rows<Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v,
                              valid, rows, tid, Tr::kThreads);
   };
   load_tile<Br, D>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
-  const int64_t first = next_visited<Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
+  const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
   if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();
 
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
 
   int buf = 0;
   for (int64_t tile = first, next; tile < tiles.last; tile = next, buf ^= 1) {
-    next = next_visited<Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
+    next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
     if (next < tiles.last) {
       load_kv(next, buf ^ 1);
       cp_async_commit();
@@ -111,7 +113,13 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     // tiles (a block with rows past the sequence tests every tile: those rows read no bias), of the
     // window rule and, where the block mask leaves the tile partial, of the block mask.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
-    const bool block_partial = block_kind(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full;
+    const uint32_t block_hidden =
+        block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) == TileKind::full
+            ? 0u
+            : block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+                i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
+                j = c0 + nb * kMmaCols + 2 * t + e % 2;
+              });
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nb = 0; nb < kNTiles; ++nb)
@@ -120,7 +128,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
         const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
         float th;
         const bool seen = (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
-                          (!block_partial || block_visible(m, bm, s, h, i, j));
+                          !((block_hidden >> (4 * nb + e)) & 1u);
         const float x = seen ? score(acc_s[nb][e], i, j, bias(i, j), th) : -INFINITY;
         acc_s[nb][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);

@@ -155,6 +155,10 @@ struct BiasRows {
 // run their variant with that code compiled in.
 __host__ __device__ inline bool uses_extras(const CommonParams& p) { return p.bias.data != nullptr || p.dropout_p > 0; }
 
+// Returns whether a call has a block-sparse mask: the kernels templated on kBlockSparse then run
+// their variant with that code compiled in.
+__host__ __device__ inline bool uses_block_mask(const CommonParams& p) { return p.block_mask.used(); }
+
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
 __device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {
   return p.alibi_slopes ? p.alibi_slopes[s * p.alibi_batch_stride + h] : 0.0f;

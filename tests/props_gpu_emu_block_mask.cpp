@@ -2,7 +2,7 @@
 // emulator (gpu/emu) on host memory and judged against the fp64 oracle, which applies the block
 // mask through flashattn::visible_element:
 //   forward (out, lse) and backward in both dQ modes (dq, dk, dv, dbias) by the tolerance rule, over
-//   fixed cases whose masks come from flashattn::block_mask_from_predicate with random blocks
+//   fixed cases (the forward also with split-KV) whose masks come from flashattn::block_mask_from_predicate with random blocks
 //   (hidden, full, partial with random bits) at block sizes that divide the GPU tiles and sizes that
 //   do not, lists per (sequence, head) and broadcast, empty lists, partial blocks without bits,
 //   varlen, GQA, causal and windows, seqlens_k, bias with dbias, dropout, softcap and ALiBi;
@@ -218,14 +218,18 @@ TEST_CASE("gpu-emulated block-sparse: the forward agrees with the oracle") {
   for (const BlockCase& b : cases()) {
     CAPTURE(props::to_string(b.c));
     props::Instance inst(b.c);
-    flashattn::ForwardArgs a = inst.forward_args();
-    const BlockMaskBuffers m = mask_of(b, a);
+    const BlockMaskBuffers m = mask_of(b, inst.forward_args());
     CAPTURE(m.listed());
-    a.block_mask = view_of(m);
-    a.dropout_mask = nullptr;
-    flashattn::gpu_emu::forward(a);
-    CHECK(props::judge_forward(a).first_failure() == "");
-    CHECK(inst.check() == "");
+    for (const int64_t splits : {0, 3}) {  // 0: from the shape (1 here); 3: split-KV (at most one per key tile)
+      CAPTURE(splits);
+      flashattn::ForwardArgs a = inst.forward_args();
+      a.block_mask = view_of(m);
+      a.dropout_mask = nullptr;
+      a.num_splits = splits;
+      flashattn::gpu_emu::forward(a);
+      CHECK(props::judge_forward(a).first_failure() == "");
+      CHECK(inst.check() == "");
+    }
   }
 }
 
