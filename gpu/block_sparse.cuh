@@ -51,18 +51,18 @@ __device__ inline uint64_t listed_rows(const BlockMask& bm, int64_t s, int64_t h
   for (int64_t h = h0; h < h1; ++h)
     for (int64_t qb = r0 / bm.block_q; qb <= (r1 - 1) / bm.block_q && rows != kAll; ++qb) {
       const int64_t l = bm.list(s, h, qb);
-      const int32_t* counts[2] = {bm.full_count, bm.partial_count};
-      const int32_t* lists[2] = {bm.full_index, bm.partial_index};
-      for (int kind = 0; kind < 2; ++kind) {
-        if (!counts[kind]) continue;
-        const int32_t* e = lists[kind] + l * bm.max_blocks;
-        for (int32_t x = BlockMask::lower_bound(counts[kind], lists[kind], bm.max_blocks, l, kb0);
-             x < counts[kind][l] && e[x] <= kb1; ++x) {
+      // Adds the tile rows of the blocks of list l of (count, index) that meet the tile.
+      auto add = [&](const int32_t* count, const int32_t* index) {
+        if (!count) return;
+        const int32_t* e = index + l * bm.max_blocks;
+        for (int32_t x = BlockMask::lower_bound(count, index, bm.max_blocks, l, kb0); x < count[l] && e[x] <= kb1; ++x) {
           const int64_t b0 = e[x] * bm.block_k - c0, b1 = b0 + bm.block_k;  // the block's rows in the tile
           const int lo = static_cast<int>(b0 < 0 ? 0 : b0), hi = static_cast<int>(b1 > Rows ? Rows : b1);
           rows |= (hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
         }
-      }
+      };
+      add(bm.full_count, bm.full_index);
+      add(bm.partial_count, bm.partial_index);
     }
   return rows;
 }
