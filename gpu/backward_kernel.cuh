@@ -93,8 +93,10 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, hk * group, hk * group + group, qblocks.first * Br, qr1, k0);
     const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk);
     const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk);
-    load_listed_rows<Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid, Tr::kThreads);
-    load_listed_rows<Bc, DV>(sV, [&](int r) { return v + r * p.v.stride_seq; }, v, valid, rows, tid, Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid,
+                                          Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, DV>(sV, [&](int r) { return v + r * p.v.stride_seq; }, v, valid, rows, tid,
+                                           Tr::kThreads);
   }
   // Returns the first step at or after `step` whose tile classify_tile does not call empty.
   auto next_step = [&](int64_t step) {
@@ -129,8 +131,9 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
   const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
 
-  int buf = 0;
-  for (int64_t step = first, next; step < steps; step = next, buf ^= 1) {
+  int parity = 0;  // block-sparse variant: the buffer of this visited step (they alternate)
+  for (int64_t step = first, next; step < steps; step = next, parity ^= kBlockSparse) {
+    const int buf = kBlockSparse ? parity : static_cast<int>(step & 1);
     next = next_step(step + 1);  // prefetched while this one computes
     if (next < steps) {
       load_q(next, buf ^ 1);

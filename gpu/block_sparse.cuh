@@ -100,10 +100,11 @@ __device__ inline uint32_t block_hidden_bits(const Mask& m, const BlockMask& bm,
 }
 
 // load_rows restricted to the rows of `rows` (bit r: row r): the others are zero-filled like rows
-// at or past valid_rows, and row() is not called for them.
-template <int Rows, int D, class T, class RowPointer>
+// at or past valid_rows, and row() is not called for them. Without kSparse: load_rows.
+template <bool kSparse, int Rows, int D, class T, class RowPointer>
 __device__ inline void load_listed_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows,
                                         uint64_t rows, int tid, int nthreads) {
+  if constexpr (!kSparse) return load_rows<Rows, D>(dst, row, fallback, valid_rows, tid, nthreads);
   constexpr int kChunksPerRow = D / kChunkElems;
   for (int c = tid; c < Rows * kChunksPerRow; c += nthreads) {
     const int r = c / kChunksPerRow, x = (c % kChunksPerRow) * kChunkElems;

@@ -56,10 +56,10 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
     const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
-    load_listed_rows<Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + (c0 + r) * p.k.stride_seq; }, k, valid,
-                            rows, tid, Tr::kThreads);
-    load_listed_rows<Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + (c0 + r) * p.v.stride_seq; }, v, valid,
-                             rows, tid, Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + (c0 + r) * p.k.stride_seq; },
+                                          k, valid, rows, tid, Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + (c0 + r) * p.v.stride_seq; },
+                                           v, valid, rows, tid, Tr::kThreads);
   };
   load_tile<Br, D>(sQ, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h), p.q.stride_seq,
                    static_cast<int>(r1 - r0), tid, Tr::kThreads);
@@ -83,8 +83,9 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
   }
   float acc_dq[kDTiles][4] = {};
 
-  int buf = 0;
-  for (int64_t tile = first, next; tile < tiles.last; tile = next, buf ^= 1) {
+  int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
+  for (int64_t tile = first, next; tile < tiles.last; tile = next, parity ^= kBlockSparse) {
+    const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
     next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
     if (next < tiles.last) {
       load_kv(next, buf ^ 1);

@@ -68,10 +68,12 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
     const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
-    load_listed_rows<Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k,
-                            valid, rows, tid, Tr::kThreads);
-    load_listed_rows<Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v,
-                             valid, rows, tid, Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, D>(
+        sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k, valid, rows, tid,
+        Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, DV>(
+        sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v, valid, rows, tid,
+        Tr::kThreads);
   };
   load_tile<Br, D>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
   const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
@@ -90,8 +92,9 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   float row_sum[2] = {sink && t == 0 ? 1.0f : 0.0f, sink && t == 0 ? 1.0f : 0.0f};
   float acc_o[kOTiles][4] = {};
 
-  int buf = 0;
-  for (int64_t tile = first, next; tile < tiles.last; tile = next, buf ^= 1) {
+  int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
+  for (int64_t tile = first, next; tile < tiles.last; tile = next, parity ^= kBlockSparse) {
+    const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
     next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
     if (next < tiles.last) {
       load_kv(next, buf ^ 1);
