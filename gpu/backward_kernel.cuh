@@ -83,14 +83,15 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   // With a block mask, only the (query head, query block) steps classify_tile does not call empty
   // are visited, and only the key rows some visited step's lists name are loaded.
   const BlockMask& bm = p.block_mask;
-  const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
-  const int64_t per_head = qblocks.last - qblocks.first;
-  const int64_t steps = per_head * group;  // (query head of the group, query block) pairs
   {
     const int64_t visible = m.seqlen_k - k0;
     const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
-    const int64_t qr1 = qblocks.last * Br < m.seqlen_q ? qblocks.last * Br : m.seqlen_q;
-    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, hk * group, hk * group + group, qblocks.first * Br, qr1, k0);
+    uint64_t rows = ~uint64_t{0};  // the key rows to load (all without kBlockSparse)
+    if constexpr (kBlockSparse) {
+      const TileRange q = query_blocks<Br>(m, k0, k0 + Bc);
+      const int64_t qr1 = q.last * Br < m.seqlen_q ? q.last * Br : m.seqlen_q;
+      rows = listed_rows<kBlockSparse, Bc>(bm, s, hk * group, hk * group + group, q.first * Br, qr1, k0);
+    }
     const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk);
     const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk);
     load_listed_rows<kBlockSparse, Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid,
@@ -98,6 +99,10 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     load_listed_rows<kBlockSparse, Bc, DV>(sV, [&](int r) { return v + r * p.v.stride_seq; }, v, valid, rows, tid,
                                            Tr::kThreads);
   }
+
+  const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
+  const int64_t per_head = qblocks.last - qblocks.first;
+  const int64_t steps = per_head * group;  // (query head of the group, query block) pairs
   // Returns the first step at or after `step` whose tile classify_tile does not call empty.
   auto next_step = [&](int64_t step) {
     if (!kBlockSparse || !bm.used()) return step;
@@ -132,7 +137,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
 
   int parity = 0;  // block-sparse variant: the buffer of this visited step (they alternate)
-  for (int64_t step = first, next; step < steps; step = next, parity ^= kBlockSparse) {
+  for (int64_t step = first, next; step < steps;
+       step = kBlockSparse ? next : step + 1, parity ^= kBlockSparse) {
     const int buf = kBlockSparse ? parity : static_cast<int>(step & 1);
     next = next_step(step + 1);  // prefetched while this one computes
     if (next < steps) {
@@ -161,13 +167,15 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
     const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
-    const uint32_t block_hidden =
-        block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) == TileKind::full
-            ? 0u
-            : block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
-                i = i0 + nb * kMmaCols + 2 * t + e % 2;
-                j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
-              });
+    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
+    uint32_t block_hidden = 0;
+    if constexpr (kBlockSparse) {
+      if (block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full)
+        block_hidden = block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
+          i = i0 + nb * kMmaCols + 2 * t + e % 2;
+          j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
+        });
+    }
     const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0, lane)
                                   : ~0u;

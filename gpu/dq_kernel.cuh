@@ -84,7 +84,10 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
   float acc_dq[kDTiles][4] = {};
 
   int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
-  for (int64_t tile = first, next; tile < tiles.last; tile = next, parity ^= kBlockSparse) {
+  // (Without kBlockSparse next is tile + 1; stepping by tile + 1 there keeps `next` dead after the
+  // prefetch, as before block masks.)
+  for (int64_t tile = first, next; tile < tiles.last;
+       tile = kBlockSparse ? next : tile + 1, parity ^= kBlockSparse) {
     const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
     next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
     if (next < tiles.last) {
@@ -107,13 +110,15 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     // P = exp(mask(bias + transform(scale·S)) − LSE);  dS = P∘(dP∘Z/(1 − p) − D)·(1 − tanh²) for
     // soft-capping. A block with rows past the sequence tests every tile: those rows read no bias.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
-    const uint32_t block_hidden =
-        block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) == TileKind::full
-            ? 0u
-            : block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
-                i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
-                j = c0 + nb * kMmaCols + 2 * t + e % 2;
-              });
+    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
+    uint32_t block_hidden = 0;
+    if constexpr (kBlockSparse) {
+      if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
+        block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+          i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
+          j = c0 + nb * kMmaCols + 2 * t + e % 2;
+        });
+    }
     const bool dropout = p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_rows<kNTiles>(drop, row, c0, lane) : ~0u;
 #pragma unroll

@@ -93,7 +93,10 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   float acc_o[kOTiles][4] = {};
 
   int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
-  for (int64_t tile = first, next; tile < tiles.last; tile = next, parity ^= kBlockSparse) {
+  // (Without kBlockSparse next is tile + 1; stepping by tile + 1 there keeps `next` dead after the
+  // prefetch, as before block masks.)
+  for (int64_t tile = first, next; tile < tiles.last;
+       tile = kBlockSparse ? next : tile + 1, parity ^= kBlockSparse) {
     const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
     next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
     if (next < tiles.last) {
@@ -116,13 +119,15 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     // tiles (a block with rows past the sequence tests every tile: those rows read no bias), of the
     // window rule and, where the block mask leaves the tile partial, of the block mask.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
-    const uint32_t block_hidden =
-        block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) == TileKind::full
-            ? 0u
-            : block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
-                i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
-                j = c0 + nb * kMmaCols + 2 * t + e % 2;
-              });
+    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
+    uint32_t block_hidden = 0;
+    if constexpr (kBlockSparse) {
+      if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
+        block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+          i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
+          j = c0 + nb * kMmaCols + 2 * t + e % 2;
+        });
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nb = 0; nb < kNTiles; ++nb)
