@@ -110,8 +110,41 @@ std::vector<T> host_copy(const T* src, int64_t n, cudaStream_t stream) {
 // Host copies of the small device arrays of a call, and the args pointing at them.
 struct HostArrays {
   std::vector<int32_t> cu_q, cu_k, seqlens_k, block_table;
+  std::vector<int32_t> full_count, full_index, partial_count, partial_index;  // block-mask lists
   std::vector<float> alibi, sinks;
 };
+
+// Copies the block-mask lists of `a` (counts and indices, device) to `h` and points host.block_mask
+// at them, so validate() checks every entry before a kernel runs. The lists are copied only while
+// their geometry is sane (else validate() fails on the fields and reads no entry). The element
+// bits stay on the device: validate() checks their sizes, strides and extent and overlaps from
+// the fields and the pointer alone and never reads a bit, so the device pointer is its stand-in
+// (no O(N²/8) copy).
+void copy_block_mask(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, int64_t nseq, cudaStream_t stream) {
+  const BlockMask& m = a.block_mask;
+  if (!m.used()) return;
+  check_device_pointer(m.full_count, "block_mask.full_count");
+  check_device_pointer(m.full_index, "block_mask.full_index");
+  check_device_pointer(m.partial_count, "block_mask.partial_count");
+  check_device_pointer(m.partial_index, "block_mask.partial_index");
+  check_device_pointer(m.bits.data, "block_mask.bits.data");
+  const bool sane = (m.batch == 1 || m.batch == nseq) && (m.heads == 1 || m.heads == a.q.heads) && m.q_blocks >= 0 &&
+                    m.q_blocks < kMaxSeqIndex && m.max_blocks >= 0 && m.max_blocks < kMaxSeqIndex;
+  if (!sane) return;
+  int64_t lists = 0, entries = 0;
+  if (__builtin_mul_overflow(m.batch, m.heads, &lists) || __builtin_mul_overflow(lists, m.q_blocks, &lists) ||
+      __builtin_mul_overflow(lists, m.max_blocks, &entries) || entries > (int64_t{1} << 61))
+    return;  // validate() reports the overflow
+  static const int32_t kNoEntry = 0;  // a non-null stand-in for an array of 0 entries (none is read)
+  auto copy = [&](const int32_t* src, int64_t n, std::vector<int32_t>& dst, const int32_t*& field) {
+    dst = host_copy(src, n, stream);
+    if (src) field = dst.empty() ? &kNoEntry : dst.data();
+  };
+  copy(m.full_count, lists, h.full_count, host.block_mask.full_count);
+  copy(m.full_index, entries, h.full_index, host.block_mask.full_index);
+  copy(m.partial_count, lists, h.partial_count, host.block_mask.partial_count);
+  copy(m.partial_index, entries, h.partial_index, host.block_mask.partial_index);
+}
 
 // Copies the device arrays of `a` to `h` and points `host` at them.
 void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cudaStream_t stream) {
@@ -146,6 +179,7 @@ void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cud
   host.cu_seqlens_k = a.cu_seqlens_k ? h.cu_k.data() : nullptr;
   host.seqlens_k = a.seqlens_k ? h.seqlens_k.data() : nullptr;
   host.alibi_slopes = a.alibi_slopes ? h.alibi.data() : nullptr;
+  copy_block_mask(a, host, h, nseq, stream);
 }
 
 // GPU-specific layout requirement of one tensor: 16-byte aligned rows (needs no device).

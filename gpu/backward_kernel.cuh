@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
@@ -41,8 +42,10 @@ __device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) 
 
 // kExtras: the bias and dropout code is compiled in. The launcher picks the variant without it for
 // calls that use neither, so they keep the registers they had before those features (with them the
-// d = 32 and d = 64 kernels reach 255 registers and spill; docs/gpu.md).
-template <int D, int DV, class T, bool kExtras>
+// d = 32 and d = 64 kernels reach 255 registers and spill; docs/gpu.md). kBlockSparse: the
+// block-mask code is compiled in; it comes only with kExtras (backward_variant: three variants, not
+// four), so calls without a block mask run the code they ran before block masks.
+template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
 __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     backward_kernel(const BackwardParams p, const bool atomic_dq) {
   using Tr = BackwardTraits<D, DV>;
@@ -77,18 +80,39 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
   const int slab = warp / Tr::kSplit, part = warp % Tr::kSplit;
   const int col0 = part * Tr::kCols, vcol0 = part * Tr::kVCols;  // this warp's first dK / dV column
 
+  // With a block mask, only the (query head, query block) steps classify_tile does not call empty
+  // are visited, and only the key rows some visited step's lists name are loaded.
+  const BlockMask& bm = p.block_mask;
   {
     const int64_t visible = m.seqlen_k - k0;
     const int valid = static_cast<int>(visible < 0 ? 0 : visible < Bc ? visible : Bc);
-    load_tile<Bc, D>(sK, static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk), p.k.stride_seq,
-                     valid, tid, Tr::kThreads);
-    load_tile<Bc, DV>(sV, static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk), p.v.stride_seq,
-                      valid, tid, Tr::kThreads);
+    uint64_t rows = ~uint64_t{0};  // the key rows to load (all without kBlockSparse)
+    if constexpr (kBlockSparse) {
+      const TileRange q = query_blocks<Br>(m, k0, k0 + Bc);
+      const int64_t qr1 = q.last * Br < m.seqlen_q ? q.last * Br : m.seqlen_q;
+      rows = listed_rows<kBlockSparse, Bc>(bm, s, hk * group, hk * group + group, q.first * Br, qr1, k0);
+    }
+    const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk);
+    const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk);
+    load_listed_rows<kBlockSparse, Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid,
+                                          Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, DV>(sV, [&](int r) { return v + r * p.v.stride_seq; }, v, valid, rows, tid,
+                                           Tr::kThreads);
   }
 
   const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
   const int64_t per_head = qblocks.last - qblocks.first;
   const int64_t steps = per_head * group;  // (query head of the group, query block) pairs
+  // Returns the first step at or after `step` whose tile classify_tile does not call empty.
+  auto next_step = [&](int64_t step) {
+    if (!kBlockSparse || !bm.used()) return step;
+    for (; step < steps; ++step) {
+      const int64_t i0 = (qblocks.first + step % per_head) * Br;
+      const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
+      if (classify_tile(m, bm, s, hk * group + step / per_head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+    }
+    return step;
+  };
   auto load_q = [&](int64_t step, int buf) {
     const int hq = hk * group + static_cast<int>(step / per_head);
     const int64_t i0 = (qblocks.first + step % per_head) * Br;
@@ -105,16 +129,20 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
       sDot[buf * Br + r] = ok ? p.dot[idx] : 0.0f;
     }
   };
-  if (steps > 0) load_q(0, 0);
+  const int64_t first = next_step(0);
+  if (first < steps) load_q(first, 0);
   cp_async_commit();
 
   float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
   const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
 
-  for (int64_t step = 0; step < steps; ++step) {
-    const int buf = static_cast<int>(step & 1);
-    if (step + 1 < steps) {
-      load_q(step + 1, buf ^ 1);
+  int parity = 0;  // block-sparse variant: the buffer of this visited step (they alternate)
+  for (int64_t step = first, next; step < steps;
+       step = kBlockSparse ? next : step + 1, parity ^= kBlockSparse) {
+    const int buf = kBlockSparse ? parity : static_cast<int>(step & 1);
+    next = next_step(step + 1);  // prefetched while this one computes
+    if (next < steps) {
+      load_q(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -139,6 +167,15 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
     const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
+    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
+    uint32_t block_hidden = 0;
+    if constexpr (kBlockSparse) {
+      if (block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full)
+        block_hidden = block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
+          i = i0 + nb * kMmaCols + 2 * t + e % 2;
+          j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
+        });
+    }
     const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0, lane)
                                   : ~0u;
@@ -150,7 +187,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
         const int64_t i = i0 + il, j = key[e / 2];
         float th = 0;
         const float lse = tLse[il];
-        const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j)));
+        const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
+                          !((block_hidden >> (4 * nb + e)) & 1u);
         const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, kExtras ? bias(i, j) : 0.0f, th) - lse * kLog2e) : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
@@ -245,6 +283,15 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
       *reinterpret_cast<uint32_t*>(vrow + vcol0 + nd * kMmaCols + 2 * t) =
           Elem<T>::pack(dv_scale * acc_dv[nd][2 * r], dv_scale * acc_dv[nd][2 * r + 1]);
   }
+}
+
+// Returns the dK/dV kernel variant of a call: with the block-mask code when it has a block mask
+// (and then with the bias and dropout code too), else with the bias and dropout code only when it
+// uses either.
+template <int D, int DV, class T>
+auto backward_variant(const BackwardParams& p) {
+  if (uses_block_mask(p)) return backward_kernel<D, DV, T, true, true>;
+  return uses_extras(p) ? backward_kernel<D, DV, T, true, false> : backward_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

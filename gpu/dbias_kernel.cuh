@@ -4,7 +4,8 @@
 // element — the sequences, heads or rows where bias has size 1, else just b', h', i' — in that fixed
 // order in fp32, and rounds once: deterministic, no atomics, no scratch. P and dP are recomputed
 // on CUDA cores (fp32 dot products of the q/k and dO/v rows, the same score transform and bias
-// as the attention kernels); elements no visible (row, key) reads get 0.
+// as the attention kernels); elements no visible (row, key) reads get 0. Visibility is
+// flashattn::visible_element (window rule and block mask): hidden pairs read no q, k, v or bias.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dbias_kernel(const BackwardP
       const T* krow = k + p.k.offset(si.batch, si.k_start + j, hk);
       const T* vrow = v + p.v.offset(si.batch, si.k_start + j, hk);
       for (int64_t i = i_first; i < i_last; ++i) {
-        if (!m.visible(i, j)) continue;
+        if (!visible_element(m, p.block_mask, s, h, i, j)) continue;  // window rule and block mask
         const int64_t li = lse_index(p, si, h, i);
         const float lse = p.lse[li];
         if (lse == -INFINITY) continue;  // the row sees no key

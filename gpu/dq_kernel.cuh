@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
@@ -16,7 +17,8 @@
 
 namespace flashattn::gpu::detail {
 
-template <int D, int DV, class T>
+// kBlockSparse: the block-mask code is compiled in (as the forward's).
+template <int D, int DV, class T, bool kBlockSparse>
 __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const BackwardParams p) {
   using Tr = DqTraits<D, DV>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
@@ -46,18 +48,25 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
 
   const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start, hk);
   const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start, hk);
+  // As the forward: the window rule's tiles, of them those classify_tile does not call empty, and of
+  // a tile only the key rows of listed blocks.
+  const BlockMask& bm = p.block_mask;
   const TileRange tiles = key_tiles<Bc>(m, r0, r1);
   auto load_kv = [&](int64_t tile, int buf) {
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
-    load_tile<Bc, D>(sK + buf * KL::kElems, k + c0 * p.k.stride_seq, p.k.stride_seq, valid, tid, Tr::kThreads);
-    load_tile<Bc, DV>(sV + buf * VL::kElems, v + c0 * p.v.stride_seq, p.v.stride_seq, valid, tid, Tr::kThreads);
+    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
+    load_listed_rows<kBlockSparse, Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + (c0 + r) * p.k.stride_seq; },
+                                          k, valid, rows, tid, Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + (c0 + r) * p.v.stride_seq; },
+                                           v, valid, rows, tid, Tr::kThreads);
   };
   load_tile<Br, D>(sQ, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h), p.q.stride_seq,
                    static_cast<int>(r1 - r0), tid, Tr::kThreads);
   load_tile<Br, DV>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
                    p.dout.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
-  if (tiles.first < tiles.last) load_kv(tiles.first, 0);
+  const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
+  if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();
 
   const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
@@ -74,10 +83,15 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
   }
   float acc_dq[kDTiles][4] = {};
 
-  for (int64_t tile = tiles.first; tile < tiles.last; ++tile) {
-    const int buf = static_cast<int>((tile - tiles.first) & 1);
-    if (tile + 1 < tiles.last) {
-      load_kv(tile + 1, buf ^ 1);
+  int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
+  // (Without kBlockSparse next is tile + 1; stepping by tile + 1 there keeps `next` dead after the
+  // prefetch, as before block masks.)
+  for (int64_t tile = first, next; tile < tiles.last;
+       tile = kBlockSparse ? next : tile + 1, parity ^= kBlockSparse) {
+    const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
+    next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
+    if (next < tiles.last) {
+      load_kv(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -96,6 +110,15 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     // P = exp(mask(bias + transform(scale·S)) − LSE);  dS = P∘(dP∘Z/(1 − p) − D)·(1 − tanh²) for
     // soft-capping. A block with rows past the sequence tests every tile: those rows read no bias.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
+    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
+    uint32_t block_hidden = 0;
+    if constexpr (kBlockSparse) {
+      if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
+        block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+          i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
+          j = c0 + nb * kMmaCols + 2 * t + e % 2;
+        });
+    }
     const bool dropout = p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_rows<kNTiles>(drop, row, c0, lane) : ~0u;
 #pragma unroll
@@ -104,7 +127,8 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
         float th = 0;
-        const bool seen = !partial || (i < m.seqlen_q && m.visible(i, j));
+        const bool seen = (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
+                          !((block_hidden >> (4 * nb + e)) & 1u);
         const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];

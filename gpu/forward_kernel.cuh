@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
@@ -24,7 +25,9 @@ __device__ inline TileRange split_tiles(const TileRange& tiles, int split, int n
   return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
 }
 
-template <int D, int DV, class T>
+// kBlockSparse: the block-mask code is compiled in (the launcher picks it for calls with a block
+// mask; the variant without it keeps its registers, docs/gpu.md).
+template <int D, int DV, class T, bool kBlockSparse>
 __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     forward_kernel(const ForwardParams p) {
   using Tr = ForwardTraits<D, DV>;
@@ -57,17 +60,24 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   const T* k = static_cast<const T*>(p.k.data);
   const T* v = static_cast<const T*>(p.v.data);
 
+  // The split's slice of the window rule's tiles; with a block mask only those classify_tile does
+  // not call empty are visited (next_visited), and only the key rows of listed blocks are loaded.
+  const BlockMask& bm = p.block_mask;
   const TileRange tiles = split_tiles(key_tiles<Bc>(m, r0, r1), split, p.num_splits);
   auto load_kv = [&](int64_t tile, int buf) {
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
-    load_rows<Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k, valid,
-                     tid, Tr::kThreads);
-    load_rows<Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v, valid,
-                      tid, Tr::kThreads);
+    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
+    load_listed_rows<kBlockSparse, Bc, D>(
+        sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k, valid, rows, tid,
+        Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, DV>(
+        sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v, valid, rows, tid,
+        Tr::kThreads);
   };
   load_tile<Br, D>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
-  if (tiles.first < tiles.last) load_kv(tiles.first, 0);
+  const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
+  if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();
 
   ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
@@ -82,10 +92,15 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   float row_sum[2] = {sink && t == 0 ? 1.0f : 0.0f, sink && t == 0 ? 1.0f : 0.0f};
   float acc_o[kOTiles][4] = {};
 
-  for (int64_t tile = tiles.first; tile < tiles.last; ++tile) {
-    const int buf = static_cast<int>((tile - tiles.first) & 1);
-    if (tile + 1 < tiles.last) {
-      load_kv(tile + 1, buf ^ 1);
+  int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
+  // (Without kBlockSparse next is tile + 1; stepping by tile + 1 there keeps `next` dead after the
+  // prefetch, as before block masks.)
+  for (int64_t tile = first, next; tile < tiles.last;
+       tile = kBlockSparse ? next : tile + 1, parity ^= kBlockSparse) {
+    const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
+    next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
+    if (next < tiles.last) {
+      load_kv(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -101,8 +116,18 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     mma_abt<D, Bc>(acc_s, sQ + slab * kMmaRows * QL::kStride, QL::kStride, tK, KL::kStride, lane);
 
     // S ← mask(bias + alibi(softcap(scale·S))) in the log2 domain; per-element test only on partial
-    // tiles (a block with rows past the sequence tests every tile: those rows read no bias).
+    // tiles (a block with rows past the sequence tests every tile: those rows read no bias), of the
+    // window rule and, where the block mask leaves the tile partial, of the block mask.
     const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
+    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
+    uint32_t block_hidden = 0;
+    if constexpr (kBlockSparse) {
+      if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
+        block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+          i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
+          j = c0 + nb * kMmaCols + 2 * t + e % 2;
+        });
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nb = 0; nb < kNTiles; ++nb)
@@ -110,7 +135,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
         float th;
-        const bool seen = !partial || (i < m.seqlen_q && m.visible(i, j));
+        const bool seen = (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
+                          !((block_hidden >> (4 * nb + e)) & 1u);
         const float x = seen ? score(acc_s[nb][e], i, j, bias(i, j), th) : -INFINITY;
         acc_s[nb][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);

@@ -55,6 +55,7 @@ inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
   p.dropout_threshold = dropout_threshold(a.dropout_p);
   p.dropout_seed = a.dropout_seed;
   p.dropout_offset = a.dropout_offset;
+  p.block_mask = a.block_mask;
 }
 
 // Fills the forward parameter block; mask_row_bytes: dropout_mask_row_bytes of the (host) call.

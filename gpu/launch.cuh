@@ -33,21 +33,22 @@ void launch(Kernel kernel, int64_t blocks, int heads, int sequences, int smem, c
 template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
   using Tr = ForwardTraits<D, DV>;
-  launch(forward_kernel<D, DV, T>, ceil_div(max_seqlen_q, Tr::kBr) * p.num_splits, p.heads_q, p.num_sequences,
-         Tr::kSmemBytes, stream, p);
+  launch(uses_block_mask(p) ? forward_kernel<D, DV, T, true> : forward_kernel<D, DV, T, false>,
+         ceil_div(max_seqlen_q, Tr::kBr) * p.num_splits, p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
 }
 
 template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream) {
   using Tr = BackwardTraits<D, DV>;
-  launch(uses_extras(p) ? backward_kernel<D, DV, T, true> : backward_kernel<D, DV, T, false>,
-         ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes, stream, p, p.dq_accum != nullptr);
+  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes,
+         stream, p, p.dq_accum != nullptr);
 }
 
 template <int D, int DV, class T>
 void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
   using Tr = DqTraits<D, DV>;
-  launch(dq_kernel<D, DV, T>, ceil_div(max_seqlen_q, Tr::kBr), p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
+  launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>, ceil_div(max_seqlen_q, Tr::kBr),
+         p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
 }
 
 }  // namespace flashattn::gpu::detail

@@ -9,6 +9,7 @@
 #endif
 
 #include "flashattn/args.hpp"
+#include "flashattn/block_mask.hpp"
 #include "flashattn/mask.hpp"
 #include "flashattn/philox.hpp"
 #include "flashattn/problem.hpp"
@@ -62,6 +63,8 @@ struct CommonParams {
   float dropout_p = 0, dropout_scale = 1;
   uint32_t dropout_threshold = 0;
   uint64_t dropout_seed = 0, dropout_offset = 0;
+  // Block-sparse mask (flashattn/block_mask.hpp) with device lists and bits; unused (all zero): none.
+  BlockMask block_mask;
 };
 
 // The forward adds its outputs.
@@ -151,6 +154,10 @@ struct BiasRows {
 // Returns whether a call uses the additive bias or dropout: the kernels templated on kExtras then
 // run their variant with that code compiled in.
 __host__ __device__ inline bool uses_extras(const CommonParams& p) { return p.bias.data != nullptr || p.dropout_p > 0; }
+
+// Returns whether a call has a block-sparse mask: the kernels templated on kBlockSparse then run
+// their variant with that code compiled in.
+__host__ __device__ inline bool uses_block_mask(const CommonParams& p) { return p.block_mask.used(); }
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
 __device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {

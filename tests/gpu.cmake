@@ -28,9 +28,13 @@ endif()
 if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   add_executable(flashattn_props_gpu_emu ${PROJECT_SOURCE_DIR}/gpu/emu/props_emu.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_inference.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_bias_dropout.cpp)
+                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_bias_dropout.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_block_mask.cpp)
   target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
   target_compile_options(flashattn_props_gpu_emu PRIVATE -Wall -Wextra)
-  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu)
+  # The block-sparse cases (props_gpu_emu_block_mask.cpp, fixed cases) run as their own entry.
+  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated block-sparse:*")
   set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25")
+  add_test(NAME flashattn_props_gpu_emu_block_mask COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated block-sparse:*")
+  set_tests_properties(flashattn_props_gpu_emu_block_mask PROPERTIES LABELS "props;gpu;emu")
 endif()

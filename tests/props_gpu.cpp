@@ -184,18 +184,31 @@ struct DeviceArray {
   }
 };
 
-// The small arrays of a call, on the device.
+// The small arrays of a call, on the device (and the block mask's lists and element bits);
+// key_columns: flashattn::key_columns of the call (its bits rows span that many keys).
 struct DeviceArrays {
   DeviceArray<int32_t> cu_q, cu_k, seqlens_k, block_table;
   DeviceArray<float> alibi, sinks;
-  explicit DeviceArrays(const flashattn::AttentionArgs& a)
+  DeviceArray<int32_t> full_count, full_index, partial_count, partial_index;
+  DeviceArray<uint8_t> bits;
+  DeviceArrays(const flashattn::AttentionArgs& a, int64_t key_columns)
       : cu_q("cu_seqlens_q", a.cu_seqlens_q, a.cu_seqlens_q ? a.varlen_batch + 1 : 0),
         cu_k("cu_seqlens_k", a.cu_seqlens_k, a.cu_seqlens_k ? a.varlen_batch + 1 : 0),
         seqlens_k("seqlens_k", a.seqlens_k, a.seqlens_k ? flashattn::num_sequences(a) : 0),
         block_table("block_table", a.block_table, block_table_count(a)),
         alibi("alibi_slopes", a.alibi_slopes, alibi_count(a)),
-        sinks("sinks", a.sinks, a.sinks ? static_cast<size_t>(a.q.heads) : 0) {}
+        sinks("sinks", a.sinks, a.sinks ? static_cast<size_t>(a.q.heads) : 0),
+        full_count("block_mask.full_count", list_source(a.block_mask.full_count, lists(a)), lists(a)),
+        full_index("block_mask.full_index", list_source(a.block_mask.full_index, entries(a)), entries(a)),
+        partial_count("block_mask.partial_count", list_source(a.block_mask.partial_count, lists(a)), lists(a)),
+        partial_index("block_mask.partial_index", list_source(a.block_mask.partial_index, entries(a)), entries(a)),
+        bits("block_mask.bits", a.block_mask.bits.data, bits_bytes(a.block_mask.bits, key_columns)) {}
   void point(flashattn::AttentionArgs& d) const {
+    d.block_mask.full_count = full_count.dev();
+    d.block_mask.full_index = full_index.dev();
+    d.block_mask.partial_count = partial_count.dev();
+    d.block_mask.partial_index = partial_index.dev();
+    d.block_mask.bits.data = bits.dev();
     d.cu_seqlens_q = cu_q.dev();
     d.cu_seqlens_k = cu_k.dev();
     d.seqlens_k = seqlens_k.dev();
@@ -210,6 +223,31 @@ struct DeviceArrays {
     block_table.finish(false);
     alibi.finish(false);
     sinks.finish(false);
+    for (DeviceArray<int32_t>* l : {&full_count, &full_index, &partial_count, &partial_index}) l->finish(false);
+    bits.finish(false);
+  }
+  // Block-mask list sizes of a validated call: lists and index entries (lists x max_blocks).
+  static size_t lists(const flashattn::AttentionArgs& a) {
+    const flashattn::BlockMask& m = a.block_mask;
+    return static_cast<size_t>(m.batch * m.heads * m.q_blocks);
+  }
+  static size_t entries(const flashattn::AttentionArgs& a) {
+    return lists(a) * static_cast<size_t>(a.block_mask.max_blocks);
+  }
+  // Returns the host array of n list elements, or one zero element to stand for an array of none
+  // (a set pointer must stay set on the device); null stays null.
+  static const int32_t* list_source(const int32_t* host, size_t n) {
+    static const int32_t kNone[1] = {0};
+    return host && n == 0 ? kNone : host;
+  }
+  // Returns the bytes the element bits span (flashattn::BitMask: rows of ⌈keys / 8⌉ bytes).
+  static size_t bits_bytes(const flashattn::BitMask& b, int64_t keys) {
+    if (!b.data) return 0;
+    int64_t n = (keys + 7) / 8;
+    if (b.batch > 1) n += (b.batch - 1) * b.stride_batch;
+    if (b.seq > 1) n += (b.seq - 1) * b.stride_seq;
+    if (b.heads > 1) n += (b.heads - 1) * b.stride_head;
+    return static_cast<size_t>(n);
   }
   static size_t block_table_count(const flashattn::AttentionArgs& a) {
     if (!a.block_table || a.q.batch == 0) return 0;
@@ -237,7 +275,7 @@ void gpu_forward(const ForwardArgs& a) {
   DeviceTensor bias("bias", a.bias);
   DeviceArray<uint8_t> mask("dropout_mask", a.dropout_mask,
                             a.dropout_mask ? lse_entries(a) * static_cast<size_t>(flashattn::dropout_mask_row_bytes(a)) : 0);
-  DeviceArrays arrays(a);
+  DeviceArrays arrays(a, flashattn::key_columns(a));
   ForwardArgs d = a;
   d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.lse = lse.dev(), d.dropout_mask = mask.dev();
   if (flashattn::has_bias(a)) d.bias = bias.dev;
@@ -257,7 +295,7 @@ void gpu_backward(const BackwardArgs& a, bool deterministic) {
       dk("dk", a.dk), dv("dv", a.dv), bias("bias", a.bias), dbias("dbias", a.dbias);
   DeviceArray<float> lse("lse", a.lse, lse_entries(a)),
       dsinks("dsinks", a.dsinks, a.dsinks ? static_cast<size_t>(a.q.heads) : 0);
-  DeviceArrays arrays(a);
+  DeviceArrays arrays(a, flashattn::key_columns(a));
   BackwardArgs d = a;
   d.q = q.dev, d.k = k.dev, d.v = v.dev, d.out = out.dev, d.dout = dout.dev, d.lse = lse.dev();
   d.dq = dq.dev, d.dk = dk.dev, d.dv = dv.dev, d.dsinks = dsinks.dev();

@@ -37,8 +37,8 @@ void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
   set_partials(p, call, splits, partials.data());
   if (p.dropout_mask)
     emu::launch(dropout_mask_kernel, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
-  emu::launch(forward_kernel<D, DV, T>, grid(ceil_div(e.max_q, Tr::kBr) * splits, p.heads_q, e.nseq), kThreadsPerBlock,
-              Tr::kSmemBytes, p);
+  emu::launch(uses_block_mask(p) ? forward_kernel<D, DV, T, true> : forward_kernel<D, DV, T, false>,
+              grid(ceil_div(e.max_q, Tr::kBr) * splits, p.heads_q, e.nseq), kThreadsPerBlock, Tr::kSmemBytes, p);
   if (splits > 1)
     emu::launch(combine_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
 }
@@ -49,12 +49,12 @@ void run_backward(const BackwardParams& p, const Extents& e, bool deterministic)
   emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
   if (p.dsinks) emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
   if (p.dbias.data) emu::launch(dbias_kernel<T>, grid(dbias_blocks(p), p.dbias_heads, p.dbias_batch), kThreadsPerBlock, 0, p);
-  emu::launch(uses_extras(p) ? backward_kernel<D, DV, T, true> : backward_kernel<D, DV, T, false>,
-              grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), kThreadsPerBlock, Tr::kSmemBytes, p,
-              !deterministic);
+  emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), kThreadsPerBlock,
+              Tr::kSmemBytes, p, !deterministic);
   if (deterministic)
-    emu::launch(dq_kernel<D, DV, T>, grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq),
-                kThreadsPerBlock, DqTraits<D, DV>::kSmemBytes, p);
+    emu::launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>,
+                grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,
+                DqTraits<D, DV>::kSmemBytes, p);
   else
     emu::launch(dq_convert_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock,
                 0, p);
