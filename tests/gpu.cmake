@@ -34,3 +34,14 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu)
   set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25")
 endif()
+
+# Static gates (scripts/gpu-budgets): registers, stack/spills, shared memory and the main loop's
+# SASS counts of every kernel in the built library against gpu/budgets.tsv. Needs no GPU; installs
+# cuobjdump/nvdisasm into a venv outside the clone when the toolkit has none.
+if(TARGET flashattn::gpu AND TARGET flashattn_gpu_traits)
+  find_package(Python3 COMPONENTS Interpreter REQUIRED)
+  add_test(NAME flashattn_gpu_budgets
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gpu-budgets
+                   --library $<TARGET_FILE:flashattn_gpu> --traits $<TARGET_FILE:flashattn_gpu_traits>)
+  set_tests_properties(flashattn_gpu_budgets PROPERTIES LABELS "gpu;static" TIMEOUT 600)
+endif()
