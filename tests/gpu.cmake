@@ -38,3 +38,14 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   add_test(NAME flashattn_props_gpu_emu_block_mask COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated block-sparse:*")
   set_tests_properties(flashattn_props_gpu_emu_block_mask PROPERTIES LABELS "props;gpu;emu")
 endif()
+
+# Static gates (scripts/gpu-budgets): registers, stack/spills, shared memory and the main loop's
+# SASS counts of every kernel in the built library against gpu/budgets.tsv. Needs no GPU; installs
+# cuobjdump/nvdisasm into a venv outside the clone when the toolkit has none.
+if(TARGET flashattn::gpu AND TARGET flashattn_gpu_traits)
+  find_package(Python3 COMPONENTS Interpreter REQUIRED)
+  add_test(NAME flashattn_gpu_budgets
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gpu-budgets
+                   --library $<TARGET_FILE:flashattn_gpu> --traits $<TARGET_FILE:flashattn_gpu_traits>)
+  set_tests_properties(flashattn_gpu_budgets PROPERTIES LABELS "gpu;static" TIMEOUT 600)
+endif()
