@@ -99,6 +99,12 @@ def _attention_options(
     )
 
 
+def _require_arrays(**arrays: Any) -> None:
+    for name, x in arrays.items():
+        if x is not None and not hasattr(x, "shape"):
+            raise TypeError(f"flashattn: {name} must be an array (DLPack or buffer protocol), got {type(x).__name__}")
+
+
 def _lse_shape(q: Any) -> tuple[int, ...]:
     s = tuple(q.shape)
     return (s[1], s[0]) if len(s) == 3 else (s[0], s[2], s[1])
@@ -142,6 +148,7 @@ def forward(
     The backend is "cpu" for host arrays and "gpu" for CUDA torch tensors (on the current stream),
     or "reference" (the fp64 oracle, rounded to the outputs' dtype).
     """
+    _require_arrays(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new, bias=bias)
     value_src = v if v is not None else (v_new if v_new is not None else v_cache)
     if value_src is None:
         raise TypeError("flashattn: forward needs v (or v_cache/v_new for a KV-cache append)")
@@ -195,6 +202,7 @@ def backward(
     them; the options must be the forward's. dsinks is computed when sinks are given, dbias when a
     bias is given and return_dbias is true (or a `dbias=` buffer is given). Outputs are new arrays
     of q's framework unless buffers are passed. deterministic: GPU only (no dQ atomics)."""
+    _require_arrays(dout=dout, q=q, k=k, v=v, out=out, bias=bias)
     if dq is None:
         dq = _empty(q, tuple(q.shape), "same")
     if dk is None:

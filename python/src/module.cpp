@@ -503,6 +503,20 @@ nb::list judge_backward(nb::dict args, nb::handle bf16) {
   return judgement(j);
 }
 
+// The view the bindings make of an array (for tests: the data pointer proves nothing was copied).
+nb::dict inspect_view(nb::handle h, bool bf16, bool cuda) {
+  Call c;
+  c.device = cuda ? Device::cuda : Device::cpu;
+  if (bf16) c.bf16.insert("x");
+  const ConstTensor t = input(c, "x", h);
+  nb::dict d;
+  d["data"] = reinterpret_cast<uintptr_t>(t.data);
+  d["dtype"] = flashattn::dtype_name(t.dtype);
+  d["shape"] = nb::make_tuple(t.batch, t.seq, t.heads, t.dim);
+  d["strides"] = nb::make_tuple(t.stride_batch, t.stride_seq, t.stride_head);
+  return d;
+}
+
 nb::list field_names(const std::string& pass) {
   nb::list l;
   for (const Field& f : kAttentionFields) l.append(f.name);
@@ -528,6 +542,7 @@ NB_MODULE(_flashattn, m) {
   m.def("judge_forward", &judge_forward, nb::arg("args"), nb::arg("bf16") = nb::none());
   m.def("judge_backward", &judge_backward, nb::arg("args"), nb::arg("bf16") = nb::none());
   m.def("field_names", &field_names, nb::arg("pass"));
+  m.def("_inspect_view", &inspect_view, nb::arg("array"), nb::arg("bf16") = false, nb::arg("cuda") = false);
 #ifdef FLASHATTN_PY_HAS_GPU
   m.attr("has_gpu") = true;
 #else
