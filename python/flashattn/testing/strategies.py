@@ -48,7 +48,8 @@ class Supports:
     window: bool = True  # sliding windows (with or without causal)
     cross_lengths: bool = True  # Nq != Nk
     empty_rows: bool = True  # rows that see no key (out = 0, lse = -inf), empty sequences
-    scale: bool = True  # a scale other than 1/sqrt(d) (negative and 0 included)
+    scale: bool = True  # a scale other than 1/sqrt(d), drawn from `scales`
+    scales: tuple[float, ...] = (0.5, 1.0, 2.0, -0.3, 0.0)  # negative and 0 are valid scales too
     softcap: bool = True
     alibi: bool = True
     seqlens_k: bool = True
@@ -194,7 +195,7 @@ def attention_problem_params(supports: Supports = Supports()):
             window = (draw(st.integers(-1, 8)), -1 if causal else draw(st.integers(-1, 8)))
         scale = None
         if s.scale and draw(st.booleans()):
-            scale = draw(st.sampled_from([0.5, 1.0, 2.0, -0.3, 0.0]))
+            scale = draw(st.sampled_from(s.scales))
         softcap = draw(st.sampled_from([0.0, 5.0, 30.0])) if s.softcap else 0.0
         alibi = s.alibi and draw(st.booleans())
         seqlens_k = None
