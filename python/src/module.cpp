@@ -57,6 +57,7 @@ struct Call {
   std::set<std::string> bf16;  // names of uint16 arrays that hold bf16 bits (numpy has no bf16)
   std::deque<Array> keep;      // the arrays the views point into, alive for the call
   std::vector<std::function<void()>> checks;  // run after every field is set
+  std::vector<std::function<void()>> after_validation;  // checks that read the sequences (validated first)
 };
 
 [[noreturn]] void type_error(const std::string& msg) { throw nb::type_error(("flashattn: " + msg).c_str()); }
@@ -258,9 +259,16 @@ const Field kForwardFields[] = {
     {"num_splits", [](Call& c, nb::handle h) { c.fwd->num_splits = i64(h); }},
     {"dropout_mask",
      [](Call& c, nb::handle h) {
+       // Its size depends on the sequences' key counts (cu_seqlens_k, the block table): checked once
+       // the call is validated, so that those arrays are known to be sane.
        ForwardArgs* a = c.fwd;
-       a->dropout_mask = flat<uint8_t>(c, "dropout_mask", h, true, U, [a] {
-         return flashattn::lse_count(*a) * flashattn::dropout_mask_row_bytes(*a);
+       Array& arr = array(c, "dropout_mask", h, true);
+       const int64_t n = int64_t(arr.size());
+       a->dropout_mask = flat<uint8_t>(c, "dropout_mask", h, true, U, {});
+       c.after_validation.push_back([a, n] {
+         const int64_t want = flashattn::lse_count(*a) * flashattn::dropout_mask_row_bytes(*a);
+         if (n != want)
+           value_error("dropout_mask has " + std::to_string(n) + " elements; the call needs " + std::to_string(want));
        });
      }},
     {"k_cache", [](Call& c, nb::handle h) { c.fwd->append.k_cache = output(c, "k_cache", h); }},
@@ -330,6 +338,10 @@ void fill(Call& c, nb::dict args, nb::handle bf16) {
     }
   }
   for (auto& check : c.checks) check();
+  if (!c.after_validation.empty()) {
+    flashattn::validate(*c.fwd);  // only forward fields add these
+    for (auto& check : c.after_validation) check();
+  }
 }
 
 Device parse_device(const std::string& backend) {

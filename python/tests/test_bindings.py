@@ -140,6 +140,10 @@ def test_errors_carry_the_cpp_message():
         flashattn.forward(q, k, v, lse=np.empty(31, np.float32))
     with pytest.raises(ValueError, match="last dimension must be contiguous"):
         flashattn.forward(np.asfortranarray(q), k, v)
+    with pytest.raises(ValueError, match="dropout_mask has 3 elements; the call needs 32"):
+        flashattn.forward(q, k, v, dropout_p=0.5, dropout_mask=np.empty(3, np.uint8))
+    with pytest.raises(ValueError, match="cu_seqlens"):  # validated before the mask's size is computed
+        flashattn.forward(q[0], k[0], v[0], cu_seqlens_q=[0, 4], dropout_p=0.5, dropout_mask=np.empty(3, np.uint8))
     with pytest.raises(ValueError, match="dropout_p"):
         flashattn.forward(q, k, v, dropout_p=1.0)
     ro = np.empty((1, 4, 8, 16), np.float32)

@@ -10,6 +10,8 @@ import naive
 from flashattn.testing import (AttentionCheckFailed, AttentionMismatch, Supports, assert_close, check_attention,
                                make_problem, reference)
 
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the planted overflow bug
+
 NAIVE = Supports(softcap=False, alibi=False, seqlens_k=False, varlen=False, scale=True)
 
 
