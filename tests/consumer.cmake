@@ -21,6 +21,7 @@ add_test(NAME consumer
     "-DCUDA_ROOT=${_flashattn_cuda_root}"
     "-DEXPECT_VERSION=${flashattn_VERSION}"
     "-DEXPECT_CPU=${FLASHATTN_HAS_CPU}"
+    "-DEXPECT_PROPS=$<BOOL:$<TARGET_EXISTS:flashattn_props>>"
     -P ${CMAKE_CURRENT_LIST_DIR}/consumer/run.cmake)
 # Configuring and compiling a project takes a while on a loaded 2-core machine.
 set_tests_properties(consumer PROPERTIES TIMEOUT 900 LABELS "consumer")

@@ -59,6 +59,27 @@ endif()
 if(EXPECT_CPU)
   list(APPEND configure_args "-DFLASHATTN_EXPECT_CPU=${EXPECT_CPU}")
 endif()
+if(EXPECT_PROPS)
+  list(APPEND configure_args "-DFLASHATTN_EXPECT_PROPS=${EXPECT_PROPS}")
+endif()
 step("configure" "${CMAKE_COMMAND}" ${configure_args})
 step("build" "${CMAKE_COMMAND}" --build "${bin}" --parallel 2)
 step("run" "${bin}/flashattn_consumer")
+
+# The installed property suite on the consumer's own implementations: the naive one must pass the
+# cross-check properties, the planted top-left one must be reported as failing.
+if(EXPECT_PROPS)
+  set(props_filter "--test-case=forward agrees with the fp64 oracle,repeated calls are bitwise identical")
+  step("props: naive passes" "${CMAKE_COMMAND}" -E env FLASHATTN_PROPS_IMPL=naive FLASHATTN_PROPS_CASES=60
+       "${bin}/flashattn_consumer_props" "${props_filter}")
+  message(STATUS "consumer: props: naive_top_left must fail")
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env FLASHATTN_PROPS_IMPL=naive_top_left FLASHATTN_PROPS_CASES=60
+                          "${bin}/flashattn_consumer_props" "--test-case=forward agrees with the fp64 oracle"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(APPEND out "${err}")
+  if(rc EQUAL 0 OR NOT out MATCHES "naive_top_left")
+    message(FATAL_ERROR "consumer: the broken implementation was not reported as failing (rc ${rc}):\n${out}${err}")
+  endif()
+  string(REGEX MATCH "[^\n]*naive_top_left[^\n]*" first "${out}")
+  message(STATUS "consumer: props: naive_top_left fails as it must: ${first}")
+endif()

@@ -1,0 +1,224 @@
+"""forward() and backward(): the C++ backends on arrays of any framework, used in place.
+
+Every keyword maps to one field of the C++ argument structs (include/flashattn/args.hpp); the
+extension's field tables (python/src/module.cpp) do the conversion. To bind a new AttentionArgs
+field: add a row there and the keyword to `_attention_options` below (and to the signatures).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _flashattn
+
+try:  # numpy has no bfloat16; ml_dtypes provides one (a dependency of the package)
+    import ml_dtypes
+
+    _NP_BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover
+    _NP_BF16 = None
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _prepare(name: str, x: Any, bf16: list[str]) -> Any:
+    """Returns what the extension takes for x: arrays as they are (numpy bf16 as a uint16 view,
+    torch tensors detached: both zero-copy), lists as numpy arrays."""
+    if x is None or isinstance(x, (bool, int, float)):
+        return x
+    if _is_torch(x):
+        return x.detach() if x.requires_grad else x
+    if isinstance(x, np.ndarray):
+        if _NP_BF16 is not None and x.dtype == _NP_BF16:
+            bf16.append(name)
+            return x.view(np.uint16)
+        return x
+    if isinstance(x, (list, tuple)):
+        kind = np.int32 if name in ("seqlens_k", "cu_seqlens_q", "cu_seqlens_k", "block_table") else np.float32
+        return np.asarray(x, dtype=kind)
+    return x
+
+
+def _call_args(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    bf16: list[str] = []
+    args = {k: _prepare(k, v, bf16) for k, v in values.items() if v is not None}
+    return args, bf16
+
+
+def _backend_of(x: Any, backend: str | None) -> str:
+    if backend is not None:
+        return backend
+    if _is_torch(x) and x.is_cuda:
+        return "gpu"
+    return "cpu"
+
+
+def _stream_of(x: Any, stream: Any) -> int:
+    if stream is not None:
+        return int(stream)
+    if _is_torch(x) and x.is_cuda:
+        import torch
+
+        return int(torch.cuda.current_stream(x.device).cuda_stream)
+    return 0
+
+
+def _empty(like: Any, shape: tuple[int, ...], kind: str) -> Any:
+    """A new contiguous array of the framework, device and (kind "same") dtype of `like`;
+    kind "f32" / "u8": float32 / uint8."""
+    if _is_torch(like):
+        import torch
+
+        dtype = {"same": like.dtype, "f32": torch.float32, "u8": torch.uint8}[kind]
+        return torch.empty(shape, dtype=dtype, device=like.device)
+    dtype = {"same": getattr(like, "dtype", np.float32), "f32": np.float32, "u8": np.uint8}[kind]
+    return np.empty(shape, dtype=dtype)
+
+
+def _zeros(like: Any, shape: tuple[int, ...], kind: str) -> Any:
+    x = _empty(like, shape, kind)
+    x[...] = 0
+    return x
+
+
+def _attention_options(
+    causal, window, diagonal_offset, scale, softcap, alibi_slopes, seqlens_k, cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k, sinks, block_table, bias, dropout_p, dropout_seed, dropout_offset,
+) -> dict[str, Any]:
+    left, right = (-1, -1) if window is None else window
+    return dict(
+        causal=bool(causal), window_left=int(left), window_right=int(right), diagonal_offset=int(diagonal_offset),
+        scale=scale, softcap=float(softcap), alibi_slopes=alibi_slopes, seqlens_k=seqlens_k,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        sinks=sinks, block_table=block_table, bias=bias, dropout_p=float(dropout_p), dropout_seed=int(dropout_seed),
+        dropout_offset=int(dropout_offset),
+        # block-sparse mask: add its keyword here when AttentionArgs has it
+    )
+
+
+def _require_arrays(**arrays: Any) -> None:
+    for name, x in arrays.items():
+        if x is not None and not hasattr(x, "shape"):
+            raise TypeError(f"flashattn: {name} must be an array (DLPack or buffer protocol), got {type(x).__name__}")
+
+
+def _lse_shape(q: Any) -> tuple[int, ...]:
+    s = tuple(q.shape)
+    return (s[1], s[0]) if len(s) == 3 else (s[0], s[2], s[1])
+
+
+def _mask_rows_bytes(q: Any, keys: int) -> tuple[int, ...]:
+    n = 1
+    for x in _lse_shape(q):
+        n *= x
+    return (n, (keys + 7) // 8)
+
+
+class Gradients(NamedTuple):
+    dq: Any
+    dk: Any
+    dv: Any
+    dsinks: Any = None  # with sinks
+    dbias: Any = None  # with a bias (return_dbias)
+
+
+def forward(
+    q, k=None, v=None, *,
+    causal: bool = False, window: tuple[int, int] | None = None, diagonal_offset: int = 0,
+    scale: float | None = None, softcap: float = 0.0, alibi_slopes=None,
+    seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+    sinks=None, block_table=None, bias=None,
+    dropout_p: float = 0.0, dropout_seed: int = 0, dropout_offset: int = 0,
+    k_cache=None, v_cache=None, k_new=None, v_new=None, rotary_cos=None, rotary_sin=None,
+    rotary_interleaved: bool = False, num_splits: int = 0,
+    out=None, lse=None, return_lse: bool = False, dropout_mask=None, return_dropout_mask: bool = False,
+    backend: str | None = None, stream: int | None = None,
+):
+    """Attention forward: out = dropout(softmax(mask(bias + alibi(softcap(scale·q·kᵀ))))) v.
+
+    q [B, Nq, Hq, d], k [B, Nk, Hk, d], v [B, Nk, Hk, dv] ("bshd"; any strides with a contiguous
+    last dim; rank 3 [N, H, d] for varlen's packed tensors) of float32, float16 or bfloat16, as
+    numpy arrays (bfloat16 from ml_dtypes), torch tensors or anything with DLPack / the buffer
+    protocol: used in place. See docs/python.md and docs/semantics.md for every option. Returns
+    out (a new array of q's framework unless `out=` is given), or a tuple (out, lse[, dropout_mask])
+    when return_lse / return_dropout_mask is set or `lse=` / `dropout_mask=` buffers are given.
+    The backend is "cpu" for host arrays and "gpu" for CUDA torch tensors (on the current stream),
+    or "reference" (the fp64 oracle, rounded to the outputs' dtype).
+    """
+    _require_arrays(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new, bias=bias)
+    value_src = v if v is not None else (v_new if v_new is not None else v_cache)
+    if value_src is None:
+        raise TypeError("flashattn: forward needs v (or v_cache/v_new for a KV-cache append)")
+    if out is None:
+        out = _empty(q, tuple(q.shape[:-1]) + (value_src.shape[-1],), "same")
+    want_lse = return_lse or lse is not None
+    if lse is None and return_lse:
+        lse = _empty(q, _lse_shape(q), "f32")
+    want_mask = return_dropout_mask or dropout_mask is not None
+    if dropout_mask is None and return_dropout_mask:
+        if bias is not None:
+            keys = bias.shape[-1]
+        elif block_table is not None:
+            keys = np.shape(block_table)[-1] * (k if k is not None else k_cache).shape[-3]
+        elif cu_seqlens_k is not None:
+            c = np.asarray(cu_seqlens_k.cpu() if _is_torch(cu_seqlens_k) else cu_seqlens_k)
+            keys = int(np.max(np.diff(c))) if len(c) > 1 else 0
+        elif k_cache is not None:
+            keys = k_cache.shape[-3]
+        else:
+            keys = k.shape[-3]
+        dropout_mask = _empty(q, _mask_rows_bytes(q, keys), "u8")
+    values = dict(
+        q=q, k=k, v=v, out=out, lse=lse, dropout_mask=dropout_mask, num_splits=int(num_splits),
+        k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        rotary_interleaved=bool(rotary_interleaved),
+        **_attention_options(causal, window, diagonal_offset, scale, softcap, alibi_slopes, seqlens_k, cu_seqlens_q,
+                             cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, block_table, bias, dropout_p,
+                             dropout_seed, dropout_offset),
+    )
+    args, bf16 = _call_args(values)
+    _flashattn.forward(_backend_of(q, backend), args, bf16, _stream_of(q, stream))
+    if not want_lse and not want_mask:
+        return out
+    result = (out, lse)
+    return result + (dropout_mask,) if want_mask else result
+
+
+def backward(
+    dout, q, k, v, out, lse, *,
+    causal: bool = False, window: tuple[int, int] | None = None, diagonal_offset: int = 0,
+    scale: float | None = None, softcap: float = 0.0, alibi_slopes=None,
+    seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
+    sinks=None, block_table=None, bias=None,
+    dropout_p: float = 0.0, dropout_seed: int = 0, dropout_offset: int = 0,
+    dq=None, dk=None, dv=None, dsinks=None, dbias=None, return_dbias: bool = True,
+    deterministic: bool = False, backend: str | None = None, stream: int | None = None,
+) -> Gradients:
+    """Attention backward (recomputes P from q, k and the forward's lse): returns
+    Gradients(dq, dk, dv, dsinks, dbias). `out` and `lse` are the forward's results as it returned
+    them; the options must be the forward's. dsinks is computed when sinks are given, dbias when a
+    bias is given and return_dbias is true (or a `dbias=` buffer is given). Outputs are new arrays
+    of q's framework unless buffers are passed. deterministic: GPU only (no dQ atomics)."""
+    _require_arrays(dout=dout, q=q, k=k, v=v, out=out, bias=bias)
+    if dq is None:
+        dq = _empty(q, tuple(q.shape), "same")
+    if dk is None:
+        dk = _empty(k, tuple(k.shape), "same")
+    if dv is None:
+        dv = _empty(v, tuple(v.shape), "same")
+    if sinks is not None and dsinks is None:
+        dsinks = _empty(q, (int(np.shape(sinks)[0]),), "f32")
+    if bias is not None and dbias is None and return_dbias:
+        dbias = _empty(bias, tuple(bias.shape), "same")
+    values = dict(
+        q=q, k=k, v=v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, dsinks=dsinks, dbias=dbias,
+        **_attention_options(causal, window, diagonal_offset, scale, softcap, alibi_slopes, seqlens_k, cu_seqlens_q,
+                             cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, block_table, bias, dropout_p,
+                             dropout_seed, dropout_offset),
+    )
+    args, bf16 = _call_args(values)
+    _flashattn.backward(_backend_of(q, backend), args, bf16, _stream_of(q, stream), bool(deterministic))
+    return Gradients(dq, dk, dv, dsinks, dbias)
