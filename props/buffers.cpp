@@ -109,4 +109,8 @@ void write_dense(const Tensor& t, const std::vector<double>& values) {
   });
 }
 
+bool same_bits(const std::vector<double>& x, const std::vector<double>& y) {
+  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
+}
+
 }  // namespace props

@@ -66,6 +66,9 @@ void poison(GuardedTensor& t);
 // Returns the view's elements as doubles in dense [batch, seq, heads, dim] order.
 std::vector<double> read_dense(const flashattn::ConstTensor& t);
 
+// Returns whether two value vectors hold the same bit patterns (NaN equals NaN, −0 differs from 0).
+bool same_bits(const std::vector<double>& x, const std::vector<double>& y);
+
 // Writes dense [batch, seq, heads, dim] values into the view, rounded to its dtype.
 void write_dense(const flashattn::Tensor& t, const std::vector<double>& values);
 

@@ -153,10 +153,7 @@ std::string check_repeatable(const Implementation& impl, const Case& c, Margins*
   const std::vector<double> out1 = read_dense(inst.out()), lse1 = lse_values(inst);
   a = inst.forward_args();
   impl.forward(a);
-  // Compare bit patterns (NaN == NaN here: writing one is caught by the cross-check).
-  auto same_bits = [](const std::vector<double>& x, const std::vector<double>& y) {
-    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
-  };
+  // Bit patterns are compared (NaN == NaN here: writing one is caught by the cross-check).
   if (!same_bits(out1, read_dense(inst.out())) || !same_bits(lse1, lse_values(inst)))
     return failure(impl.name + " forward: a second call on the same inputs wrote different out or lse bits", c);
   if (!impl.backward) return "";
@@ -254,9 +251,6 @@ int64_t poison_unlisted(const flashattn::AttentionArgs& a) {
 
 std::string check_unlisted_unread(const Implementation& impl, const Case& c, Margins*) {
   if (c.blocks == BlockSparse::off || impl.materialises) return "";
-  auto same_bits = [](const std::vector<double>& x, const std::vector<double>& y) {
-    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
-  };
   Instance inst(c);
   flashattn::ForwardArgs a = inst.forward_args();
   impl.forward(a);

@@ -16,6 +16,7 @@
 #include "flashattn/reference.hpp"
 #include "props/check.hpp"
 #include "props/instance.hpp"
+#include "props/oracle_support.hpp"
 #include "props/rng.hpp"
 
 namespace props {
@@ -25,20 +26,6 @@ using flashattn::DType;
 using flashattn::reference::Precision;
 
 constexpr int kCases = 60;
-
-bool same_bits(const std::vector<double>& x, const std::vector<double>& y) {
-  return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
-}
-
-// Fails unless two calls give bitwise identical forward and backward values (dbias included).
-void require_same(const flashattn::BackwardArgs& a, const flashattn::BackwardArgs& b, const char* what) {
-  namespace ref = flashattn::reference;
-  const auto fa = ref::forward_values(a, Precision::fp64), fb = ref::forward_values(b, Precision::fp64);
-  const auto ga = ref::backward_values(a, Precision::fp64), gb = ref::backward_values(b, Precision::fp64);
-  if (!same_bits(fa.out, fb.out) || !same_bits(fa.lse, fb.lse)) RC_FAIL(std::string(what) + ": out or lse differ");
-  if (!same_bits(ga.dq, gb.dq) || !same_bits(ga.dk, gb.dk) || !same_bits(ga.dv, gb.dv) || !same_bits(ga.dbias, gb.dbias))
-    RC_FAIL(std::string(what) + ": dq, dk, dv or dbias differ");
-}
 
 // Cases without a block mask of their own (the properties add one), with or without a bias.
 CaseSpace plain_space() {
@@ -65,20 +52,18 @@ TEST_CASE("oracle: a block mask built from a dense mask equals that mask as a -i
     const flashattn::BlockMaskBuffers blocks =
         flashattn::block_mask_from_dense(dense.data(), S, Nq, H, Nk, Nq * H * Nk, H * Nk, Nk, draw_block(), draw_block());
     // The same mask as a −∞ bias (f32, [S, Nq, H, Nk]), with the call's own bias added in where it has one.
-    std::vector<float> table(dense.size()), grad(dense.size());
+    // Both calls take their bias in f32 [S, Nq, H, Nk]: with the blocks the call's own bias (0 without
+    // one), with the −∞ table the same where the mask shows the element and −∞ where it hides it.
+    std::vector<float> plain(dense.size()), table(dense.size()), plain_grad(dense.size()), grad(dense.size());
     const flashattn::ConstTensor own = flashattn::bias_view(a);
     for (int64_t s = 0; s < S; ++s)
       for (int64_t i = 0; i < Nq; ++i)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t j = 0; j < Nk; ++j) {
             const size_t x = static_cast<size_t>(((s * Nq + i) * H + h) * Nk + j);
-            const double b = flashattn::has_bias(a) ? flashattn::load_as_float(own.data, own.dtype, own.offset(s, i, h) + j) : 0.0;
-            table[x] = dense[x] ? static_cast<float>(b) : -std::numeric_limits<float>::infinity();
+            plain[x] = flashattn::has_bias(a) ? flashattn::load_as_float(own.data, own.dtype, own.offset(s, i, h) + j) : 0.0f;
+            table[x] = dense[x] ? plain[x] : -std::numeric_limits<float>::infinity();
           }
-    // Both calls take their bias (or none) in f32 [S, Nq, H, Nk]: with the blocks the call's own bias,
-    // with the −∞ table the same plus −∞; dbias of the table where the call has a bias.
-    std::vector<float> plain(dense.size()), plain_grad(dense.size());
-    for (size_t x = 0; x < dense.size(); ++x) plain[x] = dense[x] || !std::isinf(table[x]) ? table[x] : 0.0f;
     flashattn::BackwardArgs with_blocks = a, with_bias = a;
     with_blocks.block_mask = blocks.view();
     if (flashattn::has_bias(a)) {
@@ -90,17 +75,9 @@ TEST_CASE("oracle: a block mask built from a dense mask equals that mask as a -i
       with_bias.dbias = {};
     }
     with_bias.bias = flashattn::bshd(table.data(), DType::f32, S, Nq, H, Nk);
-    if (!flashattn::has_bias(a)) {
-      // Without an own bias the −∞ table is the only bias: compare out, lse, dq, dk, dv only.
-      namespace ref = flashattn::reference;
-      const auto fa = ref::forward_values(with_blocks, Precision::fp64), fb = ref::forward_values(with_bias, Precision::fp64);
-      const auto ga = ref::backward_values(with_blocks, Precision::fp64), gb = ref::backward_values(with_bias, Precision::fp64);
-      if (!same_bits(fa.out, fb.out) || !same_bits(fa.lse, fb.lse)) RC_FAIL("dense mask: out or lse differ");
-      if (!same_bits(ga.dq, gb.dq) || !same_bits(ga.dk, gb.dk) || !same_bits(ga.dv, gb.dv))
-        RC_FAIL("dense mask: dq, dk or dv differ");
-      return;
-    }
-    require_same(with_blocks, with_bias, "block mask from a dense mask vs the mask as a -inf bias");
+    // Without an own bias the −∞ table is the only bias and there is no dbias to compare.
+    require_same_values(with_blocks, with_bias, "block mask from a dense mask vs the mask as a -inf bias",
+                        flashattn::has_bias(a));
   }, kCases);
 }
 
@@ -112,7 +89,7 @@ TEST_CASE("oracle: the block mask of the call's window rule equals no block mask
     flashattn::BackwardArgs b = a;
     const flashattn::BlockMaskBuffers rule = flashattn::block_mask_from_rule(a, draw_block(), draw_block());
     b.block_mask = rule.view();
-    require_same(a, b, "block mask of the window rule");
+    require_same_values(a, b, "block mask of the window rule", true);
   }, kCases);
 }
 
@@ -142,7 +119,7 @@ TEST_CASE("oracle: lists showing every block fully equal no block mask; bits of 
     if (a.cu_seqlens_q == nullptr && m.bits.seq != a.q.seq) m.bits.seq = 1;  // q.seq rows or one shared row
     flashattn::BackwardArgs b = a;
     b.block_mask = m;
-    require_same(a, b, "every block full");
+    require_same_values(a, b, "every block full", true);
   }, kCases);
 }
 

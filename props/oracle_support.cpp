@@ -160,4 +160,16 @@ std::vector<double*> element_pointers(std::vector<double>& x) {
   return r;
 }
 
+void require_same_values(const flashattn::BackwardArgs& a, const flashattn::BackwardArgs& b, const char* what,
+                         bool with_dbias) {
+  namespace ref = flashattn::reference;
+  using ref::Precision;
+  const auto fa = ref::forward_values(a, Precision::fp64), fb = ref::forward_values(b, Precision::fp64);
+  const auto ga = ref::backward_values(a, Precision::fp64), gb = ref::backward_values(b, Precision::fp64);
+  if (!same_bits(fa.out, fb.out) || !same_bits(fa.lse, fb.lse)) RC_FAIL(std::string(what) + ": out or lse differ");
+  if (!same_bits(ga.dq, gb.dq) || !same_bits(ga.dk, gb.dk) || !same_bits(ga.dv, gb.dv))
+    RC_FAIL(std::string(what) + ": dq, dk or dv differ");
+  if (with_dbias && !same_bits(ga.dbias, gb.dbias)) RC_FAIL(std::string(what) + ": dbias differs");
+}
+
 }  // namespace props

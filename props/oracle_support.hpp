@@ -76,6 +76,11 @@ inline void require(const std::string& e) {
   if (!e.empty()) RC_FAIL(e);
 }
 
+// Fails the current property unless calls a and b give bitwise identical fp64 oracle values: out,
+// lse, dq, dk, dv, and dbias when `with_dbias`.
+void require_same_values(const flashattn::BackwardArgs& a, const flashattn::BackwardArgs& b, const char* what,
+                         bool with_dbias = false);
+
 // Returns "" if no value is NaN, else which.
 std::string no_nan(const std::vector<double>& x, const char* what);
 
