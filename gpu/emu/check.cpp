@@ -66,14 +66,23 @@ State& state() {
 
 uint16_t intern(Site s) {
   State& st = state();
+  // A direct-mapped cache in front of the map: the wrappers intern their site on every call.
+  static struct {
+    const char* file = nullptr;
+    int line = 0;
+    uint16_t id = 0;
+  } cache[1024];
+  auto& c = cache[(reinterpret_cast<uintptr_t>(s.file) / 8 + static_cast<uintptr_t>(s.line) * 31) % 1024];
+  if (c.file == s.file && c.line == s.line) return c.id;
   const auto key = std::make_pair(s.file, s.line);
-  const auto it = st.site_ids.find(key);
-  if (it != st.site_ids.end()) return it->second;
-  if (st.sites.size() >= 0xFFFF) return 0;
-  const auto id = static_cast<uint16_t>(st.sites.size());
-  st.sites.push_back(s);
-  st.site_ids.emplace(key, id);
-  return id;
+  auto it = st.site_ids.find(key);
+  if (it == st.site_ids.end()) {
+    if (st.sites.size() >= 0xFFFF) return 0;
+    it = st.site_ids.emplace(key, static_cast<uint16_t>(st.sites.size())).first;
+    st.sites.push_back(s);
+  }
+  c.file = s.file, c.line = s.line, c.id = it->second;
+  return it->second;
 }
 
 // Returns "file:line" without the directories.
@@ -107,17 +116,20 @@ size_t offset_of(const void* p, int bytes, int align, const char* what, Site sit
   const State& st = state();
   const auto* base = flashattn::gpu::detail::smem_raw;
   const auto* q = static_cast<const unsigned char*>(p);
-  const Dim3& b = block_idx;
-  const std::string head = std::string("emu: ") + st.kernel + " block (" + std::to_string(b.x) + ", " +
-                           std::to_string(b.y) + ", " + std::to_string(b.z) + "): " + what + " by thread " +
-                           std::to_string(detail::current_thread()) + " at " + where(intern(site)) + ": ";
-  if (q < base || q + bytes > base + kMaxSmem) detail::fail(head + "address is not in shared memory");
+  auto head = [&] {
+    const Dim3& b = block_idx;
+    return std::string("emu: ") + st.kernel + " block (" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " +
+           std::to_string(b.z) + "): " + what + " by thread " + std::to_string(detail::current_thread()) + " at " +
+           where(intern(site)) + ": ";
+  };
+  if (q < base || q + bytes > base + kMaxSmem) detail::fail(head() + "address is not in shared memory");
   const size_t off = static_cast<size_t>(q - base);
   if (off + bytes > static_cast<size_t>(st.smem))
-    detail::fail(head + "shared bytes [" + std::to_string(off) + ", " + std::to_string(off + bytes) +
+    detail::fail(head() + "shared bytes [" + std::to_string(off) + ", " + std::to_string(off + bytes) +
                  ") outside the dynamic shared size " + std::to_string(st.smem));
   if (off % align != 0)
-    detail::fail(head + "shared offset " + std::to_string(off) + " is not " + std::to_string(align) + "-byte aligned");
+    detail::fail(head() + "shared offset " + std::to_string(off) + " is not " + std::to_string(align) +
+                 "-byte aligned");
   return off;
 }
 

@@ -37,21 +37,31 @@ struct Fiber {
   jmp_buf resume;      // where the fiber continues after a yield
   Dim3 idx;
   bool started = false, done = false;
-  const Barrier* waiting = nullptr;  // the barrier it waits at (runnable once its generation moves)
+};
+
+// What the scheduler reads of each fiber, kept apart from the (large) Fiber so that scanning for a
+// runnable fiber touches few cache lines.
+struct Wait {
+  const Barrier* barrier = nullptr;  // the barrier it waits at (runnable once its generation moves)
   unsigned generation = 0;
+  bool done = false;
 };
 
 // Which runnable fiber runs next.
 enum class Policy {
   round_robin,    // the next runnable fiber after the last one (the emulator's original order)
-  warp_priority,  // the lowest (warp rank, lane): warps in a random order, each running ahead to
-                  // its next block barrier before the next warp starts
+  warp_priority,  // the warps in a random order: the running warp keeps running until all its
+                  // lanes block (it runs ahead to its next block barrier), then the next warp
   random,         // a random runnable fiber at every switch
 };
 constexpr int kPolicies = 3;
 
 struct Block {
   std::vector<Fiber> fibers;
+  std::vector<Wait> waits;
+  std::vector<int> identity;        // 0, 1, ..., threads - 1
+  std::vector<int> order;           // warp_priority: fibers by priority (warps in a random order)
+  std::vector<int> warp_position;   // warp_priority: each warp's place in that order
   jmp_buf scheduler;
   int current = -1;
   bool in_fiber = false;
@@ -61,7 +71,7 @@ struct Block {
   std::vector<WarpExchange> exchanges;
   const std::function<void()>* body = nullptr;
   Policy policy = Policy::round_robin;
-  std::vector<int> warp_rank;
+  std::vector<int> warp_rank;       // warp_priority: the warps in a random order
   std::mt19937_64 rng;
 };
 
@@ -95,39 +105,33 @@ void wait(Barrier& b) {
     ++b.generation;
     return;
   }
-  Fiber& f = running->fibers[running->current];
-  f.waiting = &b;
-  f.generation = g;
+  Wait& w = running->waits[running->current];
+  w.barrier = &b;
+  w.generation = g;
   while (b.generation == g) yield();
-  running->fibers[running->current].waiting = nullptr;
+  running->waits[running->current].barrier = nullptr;
 }
 
-bool runnable(const Fiber& f) { return !f.done && (f.waiting == nullptr || f.waiting->generation != f.generation); }
+bool runnable(const Wait& w) { return !w.done && (w.barrier == nullptr || w.barrier->generation != w.generation); }
+
+// Returns the first runnable fiber of order[start], order[start + 1], ... (cyclically), or -1.
+int first_runnable(const Block& b, const std::vector<int>& order, int start) {
+  const int n = static_cast<int>(order.size());
+  for (int k = 0, i = start; k < n; ++k, i = i + 1 == n ? 0 : i + 1)
+    if (runnable(b.waits[order[i]])) return order[i];
+  return -1;
+}
 
 // Returns the fiber to run next under the block's policy, or -1 when none can run.
 int pick(Block& b) {
-  const int n = static_cast<int>(b.fibers.size());
+  const int n = static_cast<int>(b.waits.size());
   switch (b.policy) {
     case Policy::round_robin:
-      for (int k = 1; k <= n; ++k) {
-        const int i = (b.current + k) % n;
-        if (runnable(b.fibers[i])) return i;
-      }
-      return -1;
-    case Policy::warp_priority: {
-      int best = -1, best_key = 0;
-      for (int i = 0; i < n; ++i) {
-        const int key = b.warp_rank[i / 32] * 32 + i % 32;
-        if (runnable(b.fibers[i]) && (best < 0 || key < best_key)) best = i, best_key = key;
-      }
-      return best;
-    }
-    case Policy::random: {
-      int ready[1024], count = 0;
-      for (int i = 0; i < n; ++i)
-        if (runnable(b.fibers[i])) ready[count++] = i;
-      return count ? ready[b.rng() % count] : -1;
-    }
+      return first_runnable(b, b.identity, b.current + 1 == n ? 0 : b.current + 1);
+    case Policy::warp_priority:  // from lane 0 of the running warp: it keeps running until it blocks
+      return first_runnable(b, b.order, b.current < 0 ? 0 : 32 * b.warp_position[b.current / 32]);
+    case Policy::random:  // the first runnable fiber from a random start
+      return first_runnable(b, b.identity, static_cast<int>(b.rng() % n));
   }
   return -1;
 }
@@ -135,6 +139,7 @@ int pick(Block& b) {
 [[noreturn]] void fiber_main() {
   (*running->body)();
   running->fibers[running->current].done = true;
+  running->waits[running->current].done = true;
   _longjmp(running->scheduler, 1);
 }
 
@@ -192,6 +197,13 @@ void run_block(int threads, const std::function<void()>& body) {
   b.warp_rank.resize(threads / 32);
   for (int w = 0; w < threads / 32; ++w) b.warp_rank[w] = w;
   std::shuffle(b.warp_rank.begin(), b.warp_rank.end(), b.rng);
+  b.waits.resize(threads);
+  b.warp_position.resize(threads / 32);
+  for (int k = 0; k < threads / 32; ++k) {
+    b.warp_position[b.warp_rank[k]] = k;
+    for (int l = 0; l < 32; ++l) b.order.push_back(32 * b.warp_rank[k] + l);
+  }
+  for (int i = 0; i < threads; ++i) b.identity.push_back(i);
   running = &b;
   for (int i = 0; i < threads; ++i) init_fiber(b.fibers[i], i);
   for (;;) {
@@ -242,16 +254,19 @@ void launch_blocks(Dim3 grid, int threads, int smem, const std::string& kernel, 
   ++launch_number;
   std::mt19937_64 order(mix(schedule_seed ^ mix(launch_number)));
   if (mix(schedule_seed + launch_number) % 4 != 0) std::shuffle(blocks.begin(), blocks.end(), order);
+  static const std::vector<unsigned char> poison(kMaxSmem, 0xFF);
+  std::memset(shared_memory(), 0xFF, kMaxSmem);  // each block below leaves bytes past smem at 0xFF
   for (const Dim3& blk : blocks) {
     block_idx = blk;
-    std::memset(shared_memory(), 0xFF, kMaxSmem);
+    std::memset(shared_memory(), 0xFF, smem);
     detail::block_begin(threads, smem, kernel.c_str());
     run_block(threads, body);
     detail::block_end();
-    for (int i = smem; i < kMaxSmem; ++i)
-      if (shared_memory()[i] != 0xFF)
-        throw std::logic_error("emu: " + kernel + " wrote shared memory byte " + std::to_string(i) +
-                               " past its dynamic size " + std::to_string(smem));
+    if (std::memcmp(shared_memory() + smem, poison.data(), kMaxSmem - smem) != 0)
+      for (int i = smem; i < kMaxSmem; ++i)
+        if (shared_memory()[i] != 0xFF)
+          throw std::logic_error("emu: " + kernel + " wrote shared memory byte " + std::to_string(i) +
+                                 " past its dynamic size " + std::to_string(smem));
   }
 }
 
