@@ -54,6 +54,7 @@ struct State {
   std::vector<unsigned char> known = std::vector<unsigned char>(kMaxSmem);  // last contents seen
   std::vector<Thread> threads;
   std::vector<Guarded> guarded;
+  std::vector<std::pair<size_t, std::string>> uninit;  // reads of unwritten bytes in this epoch
   int smem = 0;
   uint32_t epoch = 1;
   const char* kernel = "?";
@@ -200,7 +201,10 @@ void smem_read(const void* p, int bytes, int align, const char* what, Site site)
     if (b.pending)
       detail::fail(prefix(i) + mine() + " of a byte whose cp.async by " + point(b.writer, b.pending_op, b.w_ctx) +
                    " has not been retired by a wait_group (it still holds the poison pattern)");
-    if (!b.written) detail::fail(prefix(i) + mine() + " of a byte nothing wrote in this block (uninitialised)");
+    // Unwritten: reported at the end of the epoch unless another thread's write in this epoch
+    // turns it into a race first (the read merely came before the write).
+    if (!b.written && (st.uninit.empty() || st.uninit.back().first != i))
+      st.uninit.emplace_back(i, prefix(i) + mine() + " of a byte nothing wrote in this block (uninitialised)");
     if (b.w_epoch == st.epoch && b.writer != tid) race(i, "a write by " + point(b.writer, b.w_site, b.w_ctx), mine());
     if (b.r_epoch != st.epoch) {
       b.r_epoch = st.epoch;
@@ -295,6 +299,7 @@ void block_begin(int threads, int smem, const char* kernel) {
   st.kernel = kernel;
   st.epoch = 1;
   st.threads.assign(threads, Thread{});
+  st.uninit.clear();
   std::fill(st.shadow.begin(), st.shadow.begin() + smem, Byte{});
   std::memcpy(st.known.data(), flashattn::gpu::detail::smem_raw, smem);
 }
@@ -307,12 +312,16 @@ void barrier_done() {
     const size_t n = std::min(kChunk, static_cast<size_t>(st.smem) - off);
     if (std::memcmp(mem + off, &st.known[off], n) != 0) absorb_plain(off, n, true);
   }
+  for (const auto& u : st.uninit)
+    if (!st.shadow[u.first].written || st.shadow[u.first].w_epoch == st.epoch) fail(u.second);
+  st.uninit.clear();
 
   ++st.epoch;
 }
 
 void block_end() {
   State& st = state();
+  barrier_done();  // the block's end closes its last epoch: plain stores after wrapper reads race too
   for (size_t tid = 0; tid < st.threads.size(); ++tid) {
     const Thread& t = st.threads[tid];
     size_t n = t.open.size();
