@@ -191,7 +191,8 @@ void run_block(int threads, const std::function<void()>& body) {
   b.warp_barriers.resize(threads / 32);
   for (Barrier& w : b.warp_barriers) w.count = 32;
   b.exchanges.resize(threads / 32);
-  const uint64_t h = mix(mix(mix(mix(schedule_seed) ^ launch_number) ^ block_idx.x) ^ (uint64_t{block_idx.y} << 20 | block_idx.z));
+  const uint64_t block = uint64_t{block_idx.x} << 40 ^ uint64_t{block_idx.y} << 20 ^ block_idx.z;
+  const uint64_t h = mix(mix(mix(schedule_seed) ^ launch_number) ^ block);
   b.policy = static_cast<Policy>(h % kPolicies);
   b.rng.seed(h);
   b.warp_rank.resize(threads / 32);
