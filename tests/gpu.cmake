@@ -29,14 +29,19 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   add_executable(flashattn_props_gpu_emu ${PROJECT_SOURCE_DIR}/gpu/emu/props_emu.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_inference.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_bias_dropout.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_block_mask.cpp)
+                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_block_mask.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_schedules.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu_emu_checks.cpp)
   target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
+  # The checks' own tests compile small kernels as the emulator does.
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gpu_emu_checks.cpp PROPERTIES
+                              COMPILE_DEFINITIONS FLASHATTN_GPU_EMULATE INCLUDE_DIRECTORIES "${CUDAToolkit_INCLUDE_DIRS}")
   target_compile_options(flashattn_props_gpu_emu PRIVATE -Wall -Wextra)
   # The block-sparse cases (props_gpu_emu_block_mask.cpp, fixed cases) run as their own entry.
   add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated block-sparse:*")
-  set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25")
+  set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25;FLASHATTN_EMU_SCHEDULES=3")
   add_test(NAME flashattn_props_gpu_emu_block_mask COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated block-sparse:*")
-  set_tests_properties(flashattn_props_gpu_emu_block_mask PROPERTIES LABELS "props;gpu;emu")
+  set_tests_properties(flashattn_props_gpu_emu_block_mask PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_EMU_SCHEDULES=2")
 endif()
 
 # Static gates (scripts/gpu-budgets): registers, stack/spills, shared memory and the main loop's

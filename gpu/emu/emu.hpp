@@ -3,10 +3,16 @@
 //
 // What it checks: the index math of the kernels — which lane loads which row, how fragments pair
 // up, tile ranges, masking, softmax, epilogues — against the PTX ISA's definitions of ldmatrix and
-// mma.sync m16n8k16 (implemented once, in mma_emu.hpp) and against the fp64 oracle.
-// What it cannot check: timing-dependent behaviour (cp.async is synchronous here, so a missing
-// wait or barrier goes unnoticed: that is compute-sanitizer racecheck's job on a real GPU), and the
-// hardware's exact rounding inside the tensor cores (emulated with fp32 sums).
+// mma.sync m16n8k16 (implemented once, in mma_emu.hpp) and against the fp64 oracle; and, through
+// check.hpp, the hardware-class bugs: cp.async data used before its wait_group (the destination
+// holds NaN until then), shared-memory races between barriers, out-of-bounds and misaligned
+// wrapper accesses, uninitialised shared reads. Warps advance independently between barriers in a
+// schedule drawn per block (set_schedule_seed): round robin, one warp after another in a random
+// order (each runs ahead to its next barrier), or a random thread at every switch; the blocks of
+// a launch run in a random order, so float atomics sum in a different order per schedule.
+// What it cannot check: the hardware's exact rounding inside the tensor cores (emulated with fp32
+// sums), plain (non-wrapper) shared loads (only the poison pattern makes them visible), and the
+// thread of a plain shared store.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +24,8 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+
+#include "emu/check.hpp"
 
 // CUDA's execution-space keywords become plain host C++.
 #undef __global__
@@ -48,8 +56,8 @@ extern Dim3 block_idx;
 // Returns the thread index of the running fiber.
 const Dim3& thread_idx();
 
-// Block-wide barrier (__syncthreads).
-void sync_block();
+// Block-wide barrier (__syncthreads at `site`).
+void sync_block(Site site);
 // Barrier of the running fiber's warp (the exchange points of warp-collective operations).
 void sync_warp();
 
@@ -67,30 +75,23 @@ void run_block(int threads, const std::function<void()>& body);
 
 // Runs kernel(args...) for every block of grid (x, y, z) with `threads` threads per block. Shared
 // memory is filled with 0xFF (NaN) before each block; bytes at or past `smem` (the dynamic size the
-// real launch requests, at most kMaxSmem) must still hold it afterwards, else std::logic_error.
+// real launch requests, at most kMaxSmem) must still hold it afterwards, and the checks of
+// check.hpp hold, else std::logic_error.
 constexpr int kMaxSmem = 256 * 1024;
 unsigned char* shared_memory();
+// Returns the kernel's name (from the symbol table; the address when it has none).
+std::string kernel_name(const void* kernel);
+void launch_blocks(Dim3 grid, int threads, int smem, const std::string& kernel, const std::function<void()>& body);
 template <class Kernel, class... Args>
 void launch(Kernel kernel, Dim3 grid, int threads, int smem, const Args&... args) {
-  if (smem > kMaxSmem) throw std::logic_error("emu: shared memory request above kMaxSmem");
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        block_idx = Dim3{x, y, z};
-        std::memset(shared_memory(), 0xFF, kMaxSmem);
-        run_block(threads, [&] { kernel(args...); });
-        for (int i = smem; i < kMaxSmem; ++i)
-          if (shared_memory()[i] != 0xFF)
-            throw std::logic_error("emu: a kernel wrote shared memory byte " + std::to_string(i) +
-                                   " past its dynamic size " + std::to_string(smem));
-      }
+  launch_blocks(grid, threads, smem, kernel_name(reinterpret_cast<const void*>(kernel)), [&] { kernel(args...); });
 }
 
 }  // namespace emu
 
 #define threadIdx (::emu::thread_idx())
 #define blockIdx (::emu::block_idx)
-#define __syncthreads() ::emu::sync_block()
+#define __syncthreads() ::emu::sync_block(::emu::Site{__FILE__, __LINE__})
 
 // Returns the value of x in lane (this lane ^ lane_mask) of the warp.
 inline float __shfl_xor_sync(unsigned /*mask*/, float x, int lane_mask) {
@@ -114,8 +115,10 @@ inline uint32_t __shfl_sync(unsigned /*mask*/, uint32_t x, int src_lane) {
   return r;
 }
 
-// Single OS thread: a plain add is atomic.
-inline float atomicAdd(float* p, float v) {
+// Single OS thread: a plain add is atomic. The order of the adds of different blocks changes with
+// the schedule (launch_blocks runs the blocks in a drawn order).
+inline float atomicAdd(float* p, float v, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  emu::global_access(p, sizeof(float), "atomicAdd", emu::Site{file, line});
   const float old = *p;
   *p = old + v;
   return old;

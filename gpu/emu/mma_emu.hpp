@@ -41,15 +41,19 @@ struct Elem<__nv_bfloat16> {
   }
 };
 
-inline void cp_async_16(void* dst, const void* src, bool valid) {
-  if (valid)
-    std::memcpy(dst, src, 16);
-  else
-    std::memset(dst, 0, 16);
+// The wrappers take their call site as default arguments (the program points of the checks'
+// reports; check.hpp). cp.async: the copy is queued and lands when a wait_group retires its group.
+inline void cp_async_16(void* dst, const void* src, bool valid, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+  emu::cp_async(dst, src, valid, emu::Site{file, line});
 }
-inline void cp_async_commit() {}
+inline void cp_async_commit(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  emu::cp_async_commit(emu::Site{file, line});
+}
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  emu::cp_async_wait(N, emu::Site{file, line});
+}
 
 inline uint16_t u16_at(const void* row, int i) {
   uint16_t v;
@@ -57,7 +61,11 @@ inline uint16_t u16_at(const void* row, int i) {
   return v;
 }
 
-inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+// Each lane's row address: 16 bytes of shared memory, 16-byte aligned (checked as a read by the
+// lane that supplies it).
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
+                        int line = __builtin_LINE()) {
+  emu::smem_read(row, 16, 16, "ldmatrix", emu::Site{file, line});
   emu::WarpExchange& w = emu::warp_exchange();
   const int l = emu::lane();
   w.ptr[l] = row;
@@ -69,7 +77,9 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   emu::sync_warp();
 }
 
-inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
+  emu::smem_read(row, 16, 16, "ldmatrix.trans", emu::Site{file, line});
   emu::WarpExchange& w = emu::warp_exchange();
   const int l = emu::lane();
   w.ptr[l] = row;
