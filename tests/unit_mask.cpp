@@ -120,6 +120,21 @@ TEST_CASE("mask: visible equals the formula and rows are non-decreasing interval
   });
 }
 
+TEST_CASE("mask: row_begin/row_end are exactly the rows that see each key") {
+  for_all_small_masks([](const Mask& m) {
+    for (int64_t j = 0; j < m.seqlen_k + kPastEnd; ++j) {
+      const int64_t b = m.row_begin(j), e = m.row_end(j);
+      REQUIRE(0 <= b);
+      REQUIRE(b <= e);
+      REQUIRE(e <= m.seqlen_q);
+      for (int64_t i = 0; i < m.seqlen_q; ++i) {
+        INFO(describe(m), " i=", i, " j=", j);
+        REQUIRE(m.visible(i, j) == (b <= i && i < e));
+      }
+    }
+  });
+}
+
 TEST_CASE("mask: classify is exact on every tile of every small mask") {
   int64_t tiles = 0, full = 0, empty = 0, partial = 0;
   for_all_small_masks([&](const Mask& m) {

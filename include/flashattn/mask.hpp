@@ -69,6 +69,25 @@ struct Mask {
     return key_begin(i) <= j && j < key_end(i);
   }
 
+  // Returns the first query row that sees key j (clamped to [0, seqlen_q]; rows [row_begin(j),
+  // row_end(j)) see key j, none when j is past the keys). The rows seeing a key form one interval:
+  // for 0 <= j < seqlen_k, key_begin(i) <= j iff i <= j - diag + left and j < key_end(i) iff
+  // i >= j - diag - right (the clamps of key_begin/key_end change neither side).
+  FLASHATTN_HD constexpr int64_t row_begin(int64_t j) const {
+    if (j >= seqlen_k || right < 0) return j >= seqlen_k ? seqlen_q : 0;
+    const int64_t b = j - diag() - right;
+    return b < 0 ? 0 : (b > seqlen_q ? seqlen_q : b);
+  }
+
+  // Returns one past the last query row that sees key j (clamped to [row_begin(j), seqlen_q]).
+  FLASHATTN_HD constexpr int64_t row_end(int64_t j) const {
+    if (j >= seqlen_k) return seqlen_q;
+    const int64_t b = row_begin(j);
+    if (left < 0) return seqlen_q;
+    const int64_t e = j - diag() + left + 1;
+    return e < b ? b : (e > seqlen_q ? seqlen_q : e);
+  }
+
   // Returns whether row i sees no key at all (its output is 0 and its LSE is -inf).
   FLASHATTN_HD constexpr bool row_empty(int64_t i) const { return key_begin(i) >= key_end(i); }
 
