@@ -32,6 +32,7 @@ struct Byte {
 struct Copy {
   unsigned char* dst;
   unsigned char data[16];
+  int bytes;
   uint16_t site;
 };
 
@@ -217,23 +218,24 @@ void smem_read(const void* p, int bytes, int align, const char* what, Site site)
   }
 }
 
-void cp_async(void* dst, const void* src, bool valid, Site site) {
+void cp_async(void* dst, const void* src, bool valid, Site site, int bytes) {
   State& st = state();
-  const size_t off = offset_of(dst, 16, 16, "cp.async destination", site);
-  if (valid) global_access(src, 16, "cp.async source", site);
+  const size_t off = offset_of(dst, bytes, bytes, "cp.async destination", site);
+  if (valid) global_access(src, bytes, "cp.async source", site);
   Thread& t = me();
   const auto tid = static_cast<int16_t>(detail::current_thread());
   const uint16_t s = intern(site);
-  write_bytes(off, 16, tid, s, t.ctx, "a cp.async");
+  write_bytes(off, bytes, tid, s, t.ctx, "a cp.async");
   Copy c;
   c.dst = static_cast<unsigned char*>(dst);
+  c.bytes = bytes;
   c.site = s;
   if (valid)
-    std::memcpy(c.data, src, 16);
+    std::memcpy(c.data, src, bytes);
   else
-    std::memset(c.data, 0, 16);
+    std::memset(c.data, 0, bytes);
   t.open.push_back(c);
-  for (size_t i = off; i < off + 16; ++i) {
+  for (size_t i = off; i < off + bytes; ++i) {
     st.shadow[i].pending = true;
     st.shadow[i].pending_op = s;
     flashattn::gpu::detail::smem_raw[i] = kPoison;
@@ -255,9 +257,9 @@ void cp_async_wait(int n, Site site) {
   while (static_cast<int>(t.groups.size()) > n) {
     for (const Copy& c : t.groups.front()) {
       const size_t off = static_cast<size_t>(c.dst - flashattn::gpu::detail::smem_raw);
-      std::memcpy(c.dst, c.data, 16);
-      std::memcpy(&st.known[off], c.data, 16);
-      for (size_t i = off; i < off + 16; ++i) {
+      std::memcpy(c.dst, c.data, c.bytes);
+      std::memcpy(&st.known[off], c.data, c.bytes);
+      for (size_t i = off; i < off + c.bytes; ++i) {
         Byte& b = st.shadow[i];
         b.pending = false;
         b.written = true;

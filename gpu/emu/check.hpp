@@ -33,8 +33,8 @@ struct Site {
 
 // Shared-memory accesses through the wrappers (tid: the block's thread).
 void smem_read(const void* p, int bytes, int align, const char* what, Site site);
-// cp.async of 16 bytes (zero-fill when !valid), commit_group, wait_group n.
-void cp_async(void* dst, const void* src, bool valid, Site site);
+// cp.async of `bytes` (16 or 4, aligned to its size; zero-fill when !valid), commit_group, wait_group n.
+void cp_async(void* dst, const void* src, bool valid, Site site, int bytes = 16);
 void cp_async_commit(Site site);
 void cp_async_wait(int n, Site site);
 // A global access of `bytes` at p by a wrapper (cp.async source, atomics): checked against the

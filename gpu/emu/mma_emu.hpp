@@ -4,7 +4,9 @@
 // mma.sync.m16n8k16 with the A/B/C fragment layouts listed in mma.cuh.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "emu.hpp"
@@ -46,6 +48,10 @@ struct Elem<__nv_bfloat16> {
 inline void cp_async_16(void* dst, const void* src, bool valid, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE()) {
   emu::cp_async(dst, src, valid, emu::Site{file, line});
+}
+inline void cp_async_4(void* dst, const void* src, bool valid, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
+  emu::cp_async(dst, src, valid, emu::Site{file, line}, 4);
 }
 inline void cp_async_commit(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   emu::cp_async_commit(emu::Site{file, line});
@@ -92,6 +98,25 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row, const char* fil
   emu::sync_warp();
 }
 
+// FLASHATTN_EMU_NUMERICS=hardware: the emulator rounds like the hardware is documented or measured
+// to, where that can lose accuracy, instead of correctly (docs/gpu.md, "Numerics"): mma.sync adds the
+// 16 exact products and c exactly, then truncates toward zero to fp32 (the tensor cores align the
+// addends and truncate; NVIDIA documents no rounding mode), and ex2.approx is off by up to 2 ulp
+// (a deterministic offset in [-2, 2] ulp per input). Read once.
+inline bool hardware_numerics() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHATTN_EMU_NUMERICS");
+    return v != nullptr && std::strcmp(v, "hardware") == 0;
+  }();
+  return on;
+}
+
+// Returns x rounded toward zero to fp32.
+inline float round_toward_zero(double x) {
+  const float f = static_cast<float>(x);
+  return std::fabs(static_cast<double>(f)) > std::fabs(x) ? std::nextafter(f, 0.0f) : f;
+}
+
 template <class T>
 inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emu::WarpExchange& w = emu::warp_exchange();
@@ -116,11 +141,32 @@ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
   const int g = l / 4, t = l % 4;
   const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
   for (int e = 0; e < 4; ++e) {
+    if (hardware_numerics()) {  // products of 16-bit values are exact in double, the sum nearly so
+      double s = c[e];
+      for (int k = 0; k < 16; ++k) s += static_cast<double>(A[rows[e]][k]) * B[k][cols[e]];
+      c[e] = round_toward_zero(s);
+      continue;
+    }
     float s = c[e];
     for (int k = 0; k < 16; ++k) s += A[rows[e]][k] * B[k][cols[e]];
     c[e] = s;
   }
   emu::sync_warp();
+}
+
+// ex2.approx.ftz.f32 (mma.cuh): 2^x with subnormal inputs and results flushed to zero (the
+// emulator computes the correctly rounded power; the hardware's is within about 2 ulp of it).
+inline float exp2_ftz(float x) {
+  if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
+  float y = std::exp2(x);
+  if (hardware_numerics() && std::isnormal(y)) {  // ex2.approx: up to 2 ulp off
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    bits = (bits ^ (bits >> 15)) * 0x2c1b3c6du;
+    const int ulps = static_cast<int>((bits >> 16) % 5u) - 2;
+    for (int i = 0; i < (ulps < 0 ? -ulps : ulps); ++i) y = std::nextafter(y, ulps < 0 ? 0.0f : INFINITY);
+  }
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
 }
 
 template <class T>
