@@ -298,7 +298,8 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;
-    const int splits = split_count(call, e, ForwardTraits<D, DV>::kBr, ForwardTraits<D, DV>::kBc);
+    const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
+    const int splits = split_count(call, e, shape.br, shape.bc);
     DeviceBuffer partials(sizeof(float) * partial_count(call, splits), stream);
     set_partials(p, call, splits, partials.get());
     launch_forward<D, DV, T>(p, e.max_q, stream);

@@ -40,15 +40,16 @@ __device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) 
   return r;
 }
 
-// kExtras: the bias and dropout code is compiled in. The launcher picks the variant without it for
-// calls that use neither, so they keep the registers they had before those features (with them the
-// d = 32 and d = 64 kernels reach 255 registers and spill; docs/gpu.md). kBlockSparse: the
+// kExtras: the code of the bias, dropout, softcap and ALiBi is compiled in. The launcher picks the
+// variant without it for calls that use none of them (uses_score_options), which has fewer
+// registers and 64-row query blocks up to d = 128 (traits.cuh; with the options the d = 32 and
+// d = 64 kernels reach 255 registers and spill; docs/gpu.md). kBlockSparse: the
 // block-mask code is compiled in; it comes only with kExtras (backward_variant: three variants, not
 // four), so calls without a block mask run the code they ran before block masks.
 template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
-__global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
+__global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     backward_kernel(const BackwardParams p, const bool atomic_dq) {
-  using Tr = BackwardTraits<D, DV>;
+  using Tr = BackwardTraits<D, DV, kExtras>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
   using KL = typename Tr::KL;
   using VL = typename Tr::VL;
@@ -122,11 +123,13 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     load_tile<Br, DV>(sdO + buf * OL::kElems,
                      static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i0, hq),
                      p.dout.stride_seq, valid, tid, Tr::kThreads);
-    for (int r = tid; r < Br; r += Tr::kThreads) {  // rows past the sequence read as "no key seen"
+    // LSE and D in the same cp.async group; rows past the sequence read 0 (the mask hides them:
+    // their tiles are partial and Mask::row_end stops at seqlen_q).
+    for (int r = tid; r < Br; r += Tr::kThreads) {
       const bool ok = r < valid;
       const int64_t idx = ok ? lse_index(p, si, hq, i0 + r) : 0;
-      sLse[buf * Br + r] = ok ? p.lse[idx] : -INFINITY;
-      sDot[buf * Br + r] = ok ? p.dot[idx] : 0.0f;
+      cp_async_4(sLse + buf * Br + r, p.lse + idx, ok);
+      cp_async_4(sDot + buf * Br + r, p.dot + idx, ok);
     }
   };
   const int64_t first = next_step(0);
@@ -167,6 +170,16 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
     const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
+    // In a partial tile, key r of this thread is seen by the block's rows [lo[r], hi[r])
+    // (Mask::row_begin/row_end relative to i0; rows past the sequence see nothing).
+    int lo[2] = {0, 0}, hi[2] = {Br, Br};
+    if (partial) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        lo[r] = tile_offset(m.row_begin(key[r]) - i0, Br);
+        hi[r] = tile_offset(m.row_end(key[r]) - i0, Br);
+      }
+    }
     // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
     uint32_t block_hidden = 0;
     if constexpr (kBlockSparse) {
@@ -187,13 +200,15 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
         const int64_t i = i0 + il, j = key[e / 2];
         float th = 0;
         const float lse = tLse[il];
-        const bool seen = lse != -INFINITY && (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
+        const bool seen = lse != -INFINITY && lo[e / 2] <= il && il < hi[e / 2] &&
                           !((block_hidden >> (4 * nb + e)) & 1u);
-        const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, kExtras ? bias(i, j) : 0.0f, th) - lse * kLog2e) : 0.0f;
+        // (the variant without the options' code: S·log2(e) = acc·scale2, bitwise the forward's)
+        const float x = kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) : acc_s[nb][e] * score.scale2;
+        const float pr = seen ? exp2_ftz(x - lse * kLog2e) : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
         float ds = pr * (dp - tDot[il]);
-        if (p.softcap > 0) ds *= 1.0f - th * th;
+        if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
         acc_s[nb][e] = kept ? pr : 0.0f;
         acc_dp[nb][e] = ds;
       }
@@ -286,12 +301,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV>::kThreads)
 }
 
 // Returns the dK/dV kernel variant of a call: with the block-mask code when it has a block mask
-// (and then with the bias and dropout code too), else with the bias and dropout code only when it
-// uses either.
+// (and then with the options' code too), else with the options' code (bias, dropout, softcap,
+// ALiBi) only when it uses one; its traits are BackwardTraits<D, DV, backward_extras(p)>.
 template <int D, int DV, class T>
 auto backward_variant(const BackwardParams& p) {
   if (uses_block_mask(p)) return backward_kernel<D, DV, T, true, true>;
-  return uses_extras(p) ? backward_kernel<D, DV, T, true, false> : backward_kernel<D, DV, T, false, false>;
+  return uses_score_options(p) ? backward_kernel<D, DV, T, true, false> : backward_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

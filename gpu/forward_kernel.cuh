@@ -10,6 +10,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
@@ -25,13 +27,14 @@ __device__ inline TileRange split_tiles(const TileRange& tiles, int split, int n
   return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
 }
 
-// kBlockSparse: the block-mask code is compiled in (the launcher picks it for calls with a block
-// mask; the variant without it keeps its registers, docs/gpu.md).
-template <int D, int DV, class T, bool kBlockSparse>
-__global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
+// kExtras: the code of the per-element options (bias, dropout, softcap, ALiBi) is compiled in;
+// kBlockSparse: the block-mask code (only with kExtras: forward_variant picks one of three). The
+// plain variant's full tiles cost per score one multiply, a max, a subtract, ex2 and an add.
+template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
+__global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     forward_kernel(const ForwardParams p) {
-  using Tr = ForwardTraits<D, DV>;
-  constexpr int Br = Tr::kBr, Bc = Tr::kBc;
+  using Tr = ForwardTraits<D, DV, kExtras>;
+  constexpr int Br = Tr::kBr, Bc = Tr::kBc, kM = Tr::kRowTiles;
   using QL = TileLayout<Br, D>;
   using KL = TileLayout<Bc, D>;
   using VL = TileLayout<Bc, DV>;
@@ -55,6 +58,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int slab = warp / Tr::kSplit, ocol0 = (warp % Tr::kSplit) * Tr::kOCols;  // rows and O columns
+  const int slab_row = slab * kM * kMmaRows;  // the slab's first row in the block
 
   const T* q = static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h);
   const T* k = static_cast<const T*>(p.k.data);
@@ -80,17 +84,29 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();
 
-  ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const float scale2 = score.scale2;  // plain variant: S·log2(e) = acc·scale2
   const BiasRows bias(p, s, h);
   const DropoutStream drop(p, s, h);
-  const int64_t row[2] = {r0 + slab * kMmaRows + g, r0 + slab * kMmaRows + g + 8};  // this thread's rows
+  int64_t row[kM][2];  // this thread's rows: m-tile mt holds rows g and g + 8 of its 16
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    row[mt][0] = r0 + slab_row + mt * kMmaRows + g;
+    row[mt][1] = row[mt][0] + 8;
+  }
   // Running max (log2 domain) and this thread's share of the running sum; the sink is a key of
   // score sinks[h] and value 0 that every row sees: it starts both (counted once per quad).
   const bool sink = p.sinks != nullptr && split == 0;
   const float sink2 = sink ? p.sinks[h] * kLog2e : -INFINITY;
-  float row_max[2] = {sink2, sink2};
-  float row_sum[2] = {sink && t == 0 ? 1.0f : 0.0f, sink && t == 0 ? 1.0f : 0.0f};
-  float acc_o[kOTiles][4] = {};
+  float row_max[kM][2], row_sum[kM][2];
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[mt][r] = sink2;
+      row_sum[mt][r] = sink && t == 0 ? 1.0f : 0.0f;
+    }
+  float acc_o[kM][kOTiles][4] = {};
 
   int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
   // (Without kBlockSparse next is tile + 1; stepping by tile + 1 there keeps `next` dead after the
@@ -111,80 +127,121 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
     const T* tV = sV + buf * VL::kElems;
     const int64_t c0 = tile * Bc;
 
-    // S = Q·Kᵀ (this slab's 16 rows x Bc keys)
-    float acc_s[kNTiles][4] = {};
-    mma_abt<D, Bc>(acc_s, sQ + slab * kMmaRows * QL::kStride, QL::kStride, tK, KL::kStride, lane);
+    // S = Q·Kᵀ (this slab's kM m-tiles x Bc keys)
+    float acc_s[kM][kNTiles][4] = {};
+    mma_abt_tiles<kM, D, Bc>(acc_s, sQ + slab_row * QL::kStride, QL::kStride, tK, KL::kStride, lane);
 
-    // S ← mask(bias + alibi(softcap(scale·S))) in the log2 domain; per-element test only on partial
-    // tiles (a block with rows past the sequence tests every tile: those rows read no bias), of the
-    // window rule and, where the block mask leaves the tile partial, of the block mask.
-    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br;
-    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
-    uint32_t block_hidden = 0;
-    if constexpr (kBlockSparse) {
-      if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
-        block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
-          i = e < 2 ? row[0] : row[1];  // selects: no dynamic index into registers
-          j = c0 + nb * kMmaCols + 2 * t + e % 2;
-        });
-    }
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    // S ← mask(bias + alibi(softcap(scale·S))) in the log2 domain. Two copies of the element loop,
+    // chosen once per tile: a partial tile (of the window rule, of the block mask, or of a block
+    // with rows past the sequence, whose rows must not read the bias) tests every element; a full
+    // tile tests none.
+    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br ||
+                         (kBlockSparse && block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full);
+    float tile_max[kM][2];
+    auto scores = [&](auto masked) {
 #pragma unroll
-    for (int nb = 0; nb < kNTiles; ++nb)
+      for (int mt = 0; mt < kM; ++mt) {
+        // A masked tile: row r of this thread's m-tile sees the tile's columns [lo[r], hi[r])
+        // (Mask::visible, relative to c0; empty for rows past the sequence), and the block mask
+        // hides the elements of block_hidden (a bit each) in tiles it leaves partial.
+        int lo[2] = {0, 0}, hi[2] = {Bc, Bc};
+        uint32_t block_hidden = 0;
+        if constexpr (decltype(masked)::value) {
+          if constexpr (kBlockSparse) {
+            if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
+              block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+                i = e < 2 ? row[mt][0] : row[mt][1];  // selects: no dynamic index into registers
+                j = c0 + nb * kMmaCols + 2 * t + e % 2;
+              });
+          }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
-        float th;
-        const bool seen = (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
-                          !((block_hidden >> (4 * nb + e)) & 1u);
-        const float x = seen ? score(acc_s[nb][e], i, j, bias(i, j), th) : -INFINITY;
-        acc_s[nb][e] = x;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+          for (int r = 0; r < 2; ++r) {
+            const int64_t i = row[mt][r];
+            const bool in = i < m.seqlen_q;
+            lo[r] = in ? tile_offset(m.key_begin(i) - c0, Bc) : 0;
+            hi[r] = in ? tile_offset(m.key_end(i) - c0, Bc) : 0;
+          }
+        }
+        tile_max[mt][0] = tile_max[mt][1] = -INFINITY;
+#pragma unroll
+        for (int nb = 0; nb < kNTiles; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = nb * kMmaCols + 2 * t + e % 2;  // key c0 + col
+            bool seen = true;
+            if constexpr (decltype(masked)::value)
+              seen = lo[e / 2] <= col && col < hi[e / 2] && !((block_hidden >> (4 * nb + e)) & 1u);
+            float x = acc_s[mt][nb][e] * scale2;
+            if constexpr (kExtras) {
+              float th;
+              const int64_t i = row[mt][e / 2], j = c0 + col;
+              x = seen ? score(acc_s[mt][nb][e], i, j, bias(i, j), th) : x;
+            }
+            x = seen ? x : -INFINITY;
+            acc_s[mt][nb][e] = x;
+            tile_max[mt][e / 2] = fmaxf(tile_max[mt][e / 2], x);
+          }
       }
+    };
+    if (partial)
+      scores(std::true_type{});
+    else
+      scores(std::false_type{});
 
     // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]));
-      const float base = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
-      const float alpha = exp2f(row_max[r] - base);
-      row_max[r] = new_max;
-      row_sum[r] *= alpha;
+    for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-      for (int nd = 0; nd < kOTiles; ++nd) {
-        acc_o[nd][2 * r] *= alpha;
-        acc_o[nd][2 * r + 1] *= alpha;
-      }
+      for (int r = 0; r < 2; ++r) {
+        const float new_max = fmaxf(row_max[mt][r], quad_max(tile_max[mt][r]));
+        const float base = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
+        const float alpha = exp2_ftz(row_max[mt][r] - base);
+        row_max[mt][r] = new_max;
+        row_sum[mt][r] *= alpha;
 #pragma unroll
-      for (int nb = 0; nb < kNTiles; ++nb) {
-        acc_s[nb][2 * r] = exp2f(acc_s[nb][2 * r] - base);
-        acc_s[nb][2 * r + 1] = exp2f(acc_s[nb][2 * r + 1] - base);
-        row_sum[r] += acc_s[nb][2 * r] + acc_s[nb][2 * r + 1];
+        for (int nd = 0; nd < kOTiles; ++nd) {
+          acc_o[mt][nd][2 * r] *= alpha;
+          acc_o[mt][nd][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nb = 0; nb < kNTiles; ++nb) {
+          acc_s[mt][nb][2 * r] = exp2_ftz(acc_s[mt][nb][2 * r] - base);
+          acc_s[mt][nb][2 * r + 1] = exp2_ftz(acc_s[mt][nb][2 * r + 1] - base);
+          row_sum[mt][r] += acc_s[mt][nb][2 * r] + acc_s[mt][nb][2 * r + 1];
+        }
       }
-    }
 
     // Dropout: P·Z enters P·V (1/(1 − p) is applied to O in the epilogue).
-    if (p.dropout_p > 0) {
-      const uint32_t keep = keep_mask_rows<kNTiles>(drop, row, c0, lane);
+    if constexpr (kExtras) {
+      if (p.dropout_p > 0) {
 #pragma unroll
-      for (int nb = 0; nb < kNTiles; ++nb)
+        for (int mt = 0; mt < kM; ++mt) {
+          const uint32_t keep = keep_mask_rows<kNTiles>(drop, row[mt], c0, lane);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!((keep >> (4 * nb + e)) & 1u)) acc_s[nb][e] = 0.0f;
+          for (int nb = 0; nb < kNTiles; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (!((keep >> (4 * nb + e)) & 1u)) acc_s[mt][nb][e] = 0.0f;
+        }
+      }
     }
 
-    // O += P·V (P rounded to T, from registers; this warp's O columns)
+    // O += P·V (P rounded to T, from registers; this warp's O columns; each V fragment feeds kM m-tiles)
 #pragma unroll
     for (int ks = 0; ks < kNTiles / 2; ++ks) {
-      uint32_t a[4];
-      pack_a<T>(a, acc_s[2 * ks], acc_s[2 * ks + 1]);
+      uint32_t a[kM][4];
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) pack_a<T>(a[mt], acc_s[mt][2 * ks], acc_s[mt][2 * ks + 1]);
 #pragma unroll
       for (int nd = 0; nd < kOTiles; nd += 2) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, tV + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * VL::kStride + ocol0 +
                                  nd * kMmaCols + 8 * (lane / 16));
-        mma<T>(acc_o[nd], a, b[0], b[1]);
-        mma<T>(acc_o[nd + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          mma<T>(acc_o[mt][nd], a[mt], b[0], b[1]);
+          mma<T>(acc_o[mt][nd + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // the next iteration's copy overwrites this buffer
@@ -195,34 +252,47 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV>::kThreads)
   // + max (−inf for those rows).
   // Split-KV writes both in fp32 to the partials instead.
   const bool partials = p.num_splits > 1;
+  const float out_scale = kExtras && p.dropout_p > 0 ? p.dropout_scale : 1.0f;
   T* out = static_cast<T*>(p.out.data);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float sum = quad_sum(row_sum[r]);
-    const bool empty = row_max[r] == -INFINITY;
-    const float inv = empty ? 0.0f : (p.dropout_p > 0 ? p.dropout_scale : 1.0f) / sum;
-    if (row[r] >= m.seqlen_q) continue;
-    const float lse = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
-    const int64_t li = lse_index(p, si, h, row[r]);
-    if (partials) {
-      const int64_t pi = split * p.part_rows + li;
-      float* orow = p.o_part + pi * DV + ocol0;
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(row_sum[mt][r]);
+      const bool empty = row_max[mt][r] == -INFINITY;
+      const float inv = empty ? 0.0f : out_scale / sum;
+      const int64_t i = row[mt][r];
+      if (i >= m.seqlen_q) continue;
+      const float lse = empty ? -INFINITY : (row_max[mt][r] + log2f(sum)) * kLn2;
+      const int64_t li = lse_index(p, si, h, i);
+      if (partials) {
+        const int64_t pi = split * p.part_rows + li;
+        float* orow = p.o_part + pi * DV + ocol0;
+#pragma unroll
+        for (int nd = 0; nd < kOTiles; ++nd) {
+          orow[nd * kMmaCols + 2 * t] = acc_o[mt][nd][2 * r] * inv;
+          orow[nd * kMmaCols + 2 * t + 1] = acc_o[mt][nd][2 * r + 1] * inv;
+        }
+        if (t == 0 && ocol0 == 0) p.lse_part[pi] = lse;
+        continue;
+      }
+      T* orow = out + p.out.offset(si.batch, si.q_start + i, h);
 #pragma unroll
       for (int nd = 0; nd < kOTiles; ++nd) {
-        orow[nd * kMmaCols + 2 * t] = acc_o[nd][2 * r] * inv;
-        orow[nd * kMmaCols + 2 * t + 1] = acc_o[nd][2 * r + 1] * inv;
+        const uint32_t packed = Elem<T>::pack(acc_o[mt][nd][2 * r] * inv, acc_o[mt][nd][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t) = packed;
       }
-      if (t == 0 && ocol0 == 0) p.lse_part[pi] = lse;
-      continue;
+      if (p.lse && t == 0 && ocol0 == 0) p.lse[li] = lse;
     }
-    T* orow = out + p.out.offset(si.batch, si.q_start + row[r], h);
-#pragma unroll
-    for (int nd = 0; nd < kOTiles; ++nd) {
-      const uint32_t packed = Elem<T>::pack(acc_o[nd][2 * r] * inv, acc_o[nd][2 * r + 1] * inv);
-      *reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t) = packed;
-    }
-    if (p.lse && t == 0 && ocol0 == 0) p.lse[li] = lse;
-  }
+}
+
+// Returns the forward kernel variant of a call: with the block-mask code when it has a block mask
+// (and then with the options' code too), else with the options' code only when it uses one
+// (forward_extras); its launch shape is forward_shape<D, DV>(forward_extras(p)).
+template <int D, int DV, class T>
+auto forward_variant(const ForwardParams& p) {
+  if (uses_block_mask(p)) return forward_kernel<D, DV, T, true, true>;
+  return uses_score_options(p) ? forward_kernel<D, DV, T, true, false> : forward_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

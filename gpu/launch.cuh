@@ -32,16 +32,16 @@ void launch(Kernel kernel, int64_t blocks, int heads, int sequences, int smem, c
 
 template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
-  using Tr = ForwardTraits<D, DV>;
-  launch(uses_block_mask(p) ? forward_kernel<D, DV, T, true> : forward_kernel<D, DV, T, false>,
-         ceil_div(max_seqlen_q, Tr::kBr) * p.num_splits, p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
+  const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
+  launch(forward_variant<D, DV, T>(p), ceil_div(max_seqlen_q, shape.br) * p.num_splits, p.heads_q, p.num_sequences,
+         shape.smem, stream, p);
 }
 
 template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream) {
   using Tr = BackwardTraits<D, DV>;
-  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kSmemBytes,
-         stream, p, p.dq_accum != nullptr);
+  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences,
+         backward_smem<D, DV>(backward_extras(p)), stream, p, p.dq_accum != nullptr);
 }
 
 template <int D, int DV, class T>

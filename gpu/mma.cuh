@@ -54,6 +54,13 @@ __device__ inline void cp_async_16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
+// Copies 4 bytes (one fp32) from global src to shared dst asynchronously, both 4-byte aligned;
+// zero-fill and nothing read when `valid` is false.
+__device__ inline void cp_async_4(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N committed groups of this thread are still in flight.
 template <int N>
@@ -92,6 +99,16 @@ __device__ inline void mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Returns 2^x by the special-function unit (ex2.approx.ftz.f32: about 2 ulp, subnormal inputs and
+// results flushed to 0; exp2f adds a range check and a rescale around the same instruction to keep
+// subnormal results). The forward's softmax uses it: P ≤ 1 and a P below 2^-126 is 0 next to the
+// row maximum's 1 (docs/gpu.md, "Numerics").
+__device__ inline float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Returns the A fragment of one 16-column step built from the fp32 C fragments of its two 8-column

@@ -155,9 +155,22 @@ struct BiasRows {
 // run their variant with that code compiled in.
 __host__ __device__ inline bool uses_extras(const CommonParams& p) { return p.bias.data != nullptr || p.dropout_p > 0; }
 
+// Returns whether a call uses a per-element option: the additive bias, dropout, softcap or ALiBi;
+// the forward and dK/dV kernels run their kExtras variant for these and for block masks.
+__host__ __device__ inline bool uses_score_options(const CommonParams& p) {
+  return uses_extras(p) || p.softcap > 0 || p.alibi_slopes != nullptr;
+}
+
 // Returns whether a call has a block-sparse mask: the kernels templated on kBlockSparse then run
 // their variant with that code compiled in.
 __host__ __device__ inline bool uses_block_mask(const CommonParams& p) { return p.block_mask.used(); }
+
+// Returns whether a call runs the forward and dK/dV kernels' variants with the options' code
+// (forward_variant, backward_variant): a per-element option or a block mask.
+__host__ __device__ inline bool forward_extras(const CommonParams& p) {
+  return uses_score_options(p) || uses_block_mask(p);
+}
+__host__ __device__ inline bool backward_extras(const CommonParams& p) { return forward_extras(p); }
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
 __device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {

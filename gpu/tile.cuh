@@ -51,48 +51,70 @@ __device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int v
 }
 
 // The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping,
-// ALiBi and additive bias of docs/semantics.md, times log2(e). `tanh_out` receives tanh(S/softcap)
-// (for the backward's derivative; 0 when soft-capping is off). Masking is applied by the caller,
-// who reads the bias only for visible elements.
+// ALiBi and additive bias of docs/semantics.md, times log2(e) — computed in the log2 domain from
+// the start (scale2 = scale·log2(e), softcap2, slope2 likewise), so that without options it is
+// acc·scale2 + bias·log2(e): bitwise acc·scale2 (the forward's and dK/dV kernel's plain variants)
+// when there is no bias. `tanh_out` receives tanh(S/softcap) (for the backward's derivative; 0 when
+// soft-capping is off). Masking is applied by the caller, who reads the bias only for visible
+// elements.
 struct ScoreTransform {
   float scale = 1, softcap = 0, slope = 0;
   int64_t diag = 0;  // Mask::diag(): seqlen_k - seqlen_q + diagonal_offset of the sequence
+  float scale2 = scale * kLog2e, softcap2 = softcap * kLog2e, slope2 = slope * kLog2e;
 
   __device__ float operator()(float acc, int64_t i, int64_t j, float bias, float& tanh_out) const {
-    float s = acc * scale;
+    float x = acc * scale2;
     tanh_out = 0;
     if (softcap > 0) {
-      tanh_out = tanhf(s / softcap);
-      s = softcap * tanh_out;
+      tanh_out = tanhf(x / softcap2);
+      x = softcap2 * tanh_out;
     }
     if (slope != 0) {
       const int64_t dist = i + diag - j;
-      s -= slope * static_cast<float>(dist < 0 ? -dist : dist);
+      x -= slope2 * static_cast<float>(dist < 0 ? -dist : dist);
     }
-    return (s + bias) * kLog2e;
+    return fmaf(bias, kLog2e, x);
   }
 };
 
-// acc += A·Bᵀ for one warp: A is 16 rows x K of a shared-memory tile starting at `a` (row stride
-// a_stride elements), B is N rows x K starting at `b` (row stride b_stride); acc holds the 16 x N
-// result as N/8 m16n8 C fragments. Both operands come by ldmatrix (non-transposed).
-template <int K, int N, class T>
-__device__ inline void mma_abt(float (&acc)[N / kMmaCols][4], const T* a, int a_stride, const T* b, int b_stride,
-                               int lane) {
+// acc[m] += A_m·Bᵀ for one warp and M stacked 16-row tiles A_m of a shared-memory tile starting at
+// `a` (rows 16m…16m+15, row stride a_stride elements), B is N rows x K starting at `b` (row stride
+// b_stride); acc[m] holds A_m·Bᵀ (16 x N) as N/8 m16n8 C fragments. Both operands come by ldmatrix
+// (non-transposed); each B fragment is read once and feeds all M tiles (M = 2 halves the B bytes
+// per HMMA).
+template <int M, int K, int N, class T>
+__device__ inline void mma_abt_tiles(float (&acc)[M][N / kMmaCols][4], const T* a, int a_stride, const T* b,
+                                     int b_stride, int lane) {
   static_assert(K % kMmaRows == 0 && N % (2 * kMmaCols) == 0, "whole m16n8k16 steps and ldmatrix pairs");
 #pragma unroll
   for (int kk = 0; kk < K; kk += kMmaRows) {
-    uint32_t af[4];
-    ldmatrix_x4(af, a + (lane % 16) * a_stride + kk + 8 * (lane / 16));
+    uint32_t af[M][4];
+#pragma unroll
+    for (int mt = 0; mt < M; ++mt)
+      ldmatrix_x4(af[mt], a + (mt * kMmaRows + lane % 16) * a_stride + kk + 8 * (lane / 16));
 #pragma unroll
     for (int nb = 0; nb < N / kMmaCols; nb += 2) {
       uint32_t bf[4];
       ldmatrix_x4(bf, b + (nb * kMmaCols + lane % 8 + 8 * (lane / 16)) * b_stride + kk + 8 * ((lane / 8) % 2));
-      mma<T>(acc[nb], af, bf[0], bf[1]);
-      mma<T>(acc[nb + 1], af, bf[2], bf[3]);
+#pragma unroll
+      for (int mt = 0; mt < M; ++mt) {
+        mma<T>(acc[mt][nb], af[mt], bf[0], bf[1]);
+        mma<T>(acc[mt][nb + 1], af[mt], bf[2], bf[3]);
+      }
     }
   }
 }
+
+// mma_abt_tiles for one 16-row tile: acc += A·Bᵀ, A 16 rows x K, acc as N/8 C fragments.
+template <int K, int N, class T>
+__device__ inline void mma_abt(float (&acc)[N / kMmaCols][4], const T* a, int a_stride, const T* b, int b_stride,
+                               int lane) {
+  mma_abt_tiles<1, K, N>(reinterpret_cast<float(&)[1][N / kMmaCols][4]>(acc), a, a_stride, b, b_stride, lane);
+}
+
+// Returns x (an index relative to a tile's first row or key) clamped to [0, n]: the part of an
+// interval of rows or keys inside a tile of n, as int.
+__device__ inline int tile_offset(int64_t x, int n) { return static_cast<int>(x < 0 ? 0 : x > n ? n : x); }
 
 // Returns the maximum of x over the 4 lanes of a quad (the lanes holding one accumulator row).
 __device__ inline float quad_max(float x) {

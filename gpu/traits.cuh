@@ -11,33 +11,55 @@ constexpr int kWarps = 4;  // warps per block of every attention kernel
 constexpr int kThreadsPerBlock = kWarps * kWarpSize;
 constexpr int kMaxSmemSm80 = 163 * 1024;  // largest dynamic shared memory a block may opt into on sm_80
 
-// Forward: the block's kBr query rows form slabs of 16 rows; the kSplit warps of a slab each
-// compute the slab's S (the same values) and accumulate kOCols = DV/kSplit columns of O, which
-// bounds O to DV/kSplit registers per thread (kSplit = 1 up to dv 256; 4 for MLA's dv 512). K/V
-// tiles of kBc keys, double-buffered.
-template <int D, int DV = D>
+// Forward: each warp owns kRowTiles stacked 16-row m-tiles of the block's query rows (a slab of
+// 16·kRowTiles rows); the kSplit warps of a slab each compute the slab's S (the same values) and
+// accumulate kOCols = DV/kSplit columns of O, which bounds O to kRowTiles·DV/kSplit registers per
+// thread (kSplit = 1 up to dv 256; 4 for MLA's dv 512). Two m-tiles per warp (dv ≤ 128: 128-row
+// blocks) let every K and V fragment read by ldmatrix feed two HMMAs; d = 256 and dv = 512 keep one
+// (their O alone takes 128 registers per m-tile), and so does the variant with the options' code
+// (kExtras) above d = 64, where two m-tiles spill. K/V tiles of kBc keys, double-buffered.
+template <int D, int DV = D, bool kExtras = false>
 struct ForwardTraits {
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kSplit = DV <= 256 ? 1 : 4;
-  static constexpr int kBr = kWarps / kSplit * kMmaRows;
+  static constexpr int kRowTiles = (kExtras ? D <= 64 && DV <= 64 : D <= 128 && DV <= 128) ? 2 : 1;
+  static constexpr int kBr = kWarps / kSplit * kMmaRows * kRowTiles;
   static constexpr int kOCols = DV / kSplit;
   static_assert(kOCols % 16 == 0, "each warp's O columns must be whole ldmatrix pairs");
-  static constexpr int kBc = D <= 128 && DV <= 128 ? 64 : 32;  // d=256: O alone takes 128 registers per thread
+  // d = 96 and 128 with two m-tiles, d = 256: S of 64 keys would spill next to O
+  static constexpr int kBc = (D <= 64 && DV <= 64) || (kRowTiles == 1 && D <= 128 && DV <= 128) ? 64 : 32;
   static constexpr int kSmemBytes =
       TileLayout<kBr, D>::kBytes + 2 * TileLayout<kBc, D>::kBytes + 2 * TileLayout<kBc, DV>::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "forward tiles exceed shared memory");
 };
 
+// The launch shape of a forward variant: query rows and keys per tile, dynamic shared memory.
+struct ForwardShape {
+  int br = 0, bc = 0, smem = 0;
+};
+// Returns the launch shape of the forward variant with (extras) or without the options' code.
+template <int D, int DV>
+constexpr ForwardShape forward_shape(bool extras) {
+  using E = ForwardTraits<D, DV, true>;
+  using P = ForwardTraits<D, DV, false>;
+  return extras ? ForwardShape{E::kBr, E::kBc, E::kSmemBytes} : ForwardShape{P::kBr, P::kBc, P::kSmemBytes};
+}
+
 // Backward dK/dV kernel: a block owns kBc keys of one key/value head and walks every query block
 // (of kBr rows) of every query head of its group. Warps form kBc/16 slabs of 16 keys; the kSplit
 // warps of a slab each accumulate D/kSplit columns of dK and dV (recomputing the slab's Sᵀ and dPᵀ),
 // which bounds the two accumulators to D/kSplit registers per thread.
-template <int D, int DV = D>
+//
+// Query blocks of 64 rows up to d = 128 (32 above): the Q and dO fragments a warp reads for Sᵀ and
+// dPᵀ then serve twice the HMMAs per key fragment, and the dQ step gives each warp 16 rows and all
+// d columns (docs/gpu.md, "Performance model"). The variant with the options' code (kExtras) keeps
+// 32-row blocks above d = 64, where 64 spill.
+template <int D, int DV = D, bool kExtras = false>
 struct BackwardTraits {
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : D <= 128 && DV <= 128 ? 2 : 4;
   static constexpr int kBc = kWarps / kSplit * kMmaRows;
-  static constexpr int kBr = D <= 64 && DV <= 64 ? 64 : 32;
+  static constexpr int kBr = (kExtras ? D <= 64 && DV <= 64 : D <= 128 && DV <= 128) ? 64 : 32;
   static constexpr int kCols = D / kSplit;    // dK columns per warp
   static constexpr int kVCols = DV / kSplit;  // dV columns per warp
   static_assert(kCols % 16 == 0 && kVCols % 16 == 0, "each warp's dK/dV columns must be whole ldmatrix pairs");
@@ -54,6 +76,14 @@ struct BackwardTraits {
   static constexpr int kSmemBytes = KL::kBytes + VL::kBytes + 2 * QL::kBytes + 2 * OL::kBytes + 4 * kBr * 4 + SL::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "backward tiles exceed shared memory");
 };
+
+// Returns the dynamic shared memory of the dK/dV variant with (extras) or without the options' code
+// (both have the same key block kBc, so the same grid).
+template <int D, int DV>
+constexpr int backward_smem(bool extras) {
+  static_assert(BackwardTraits<D, DV, true>::kBc == BackwardTraits<D, DV, false>::kBc, "one grid for the variants");
+  return extras ? BackwardTraits<D, DV, true>::kSmemBytes : BackwardTraits<D, DV, false>::kSmemBytes;
+}
 
 // Deterministic dQ kernel: like the forward, a block owns kBr query rows (16 per warp) and streams
 // K/V tiles of kBc keys, double-buffered.

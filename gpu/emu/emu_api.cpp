@@ -31,14 +31,14 @@ emu::Dim3 grid(int64_t x, int64_t y, int64_t z) {
 
 template <int D, int DV, class T>
 void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
-  using Tr = ForwardTraits<D, DV>;
-  const int splits = split_count(call, e, Tr::kBr, Tr::kBc);
+  const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
+  const int splits = split_count(call, e, shape.br, shape.bc);
   std::vector<float> partials(partial_count(call, splits));
   set_partials(p, call, splits, partials.data());
   if (p.dropout_mask)
     emu::launch(dropout_mask_kernel, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
-  emu::launch(uses_block_mask(p) ? forward_kernel<D, DV, T, true> : forward_kernel<D, DV, T, false>,
-              grid(ceil_div(e.max_q, Tr::kBr) * splits, p.heads_q, e.nseq), kThreadsPerBlock, Tr::kSmemBytes, p);
+  emu::launch(forward_variant<D, DV, T>(p),
+              grid(ceil_div(e.max_q, shape.br) * splits, p.heads_q, e.nseq), kThreadsPerBlock, shape.smem, p);
   if (splits > 1)
     emu::launch(combine_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
 }
@@ -50,7 +50,7 @@ void run_backward(const BackwardParams& p, const Extents& e, bool deterministic)
   if (p.dsinks) emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
   if (p.dbias.data) emu::launch(dbias_kernel<T>, grid(dbias_blocks(p), p.dbias_heads, p.dbias_batch), kThreadsPerBlock, 0, p);
   emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), kThreadsPerBlock,
-              Tr::kSmemBytes, p, !deterministic);
+              backward_smem<D, DV>(backward_extras(p)), p, !deterministic);
   if (deterministic)
     emu::launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>,
                 grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,

@@ -21,9 +21,13 @@ template <int D, int DV, bool kHasBackward>
 void variant(const char* dtype) {
   using F = ForwardTraits<D, DV>;
   row("forward", D, DV, dtype, F::kBr, F::kBc, F::kSplit, F::kSmemBytes);
+  using FE = ForwardTraits<D, DV, true>;  // the variants with the options' code (and block masks)
+  row("forward+extras", D, DV, dtype, FE::kBr, FE::kBc, FE::kSplit, FE::kSmemBytes);
   if constexpr (kHasBackward) {
     using B = BackwardTraits<D, DV>;
     row("backward", D, DV, dtype, B::kBr, B::kBc, B::kSplit, B::kSmemBytes);
+    using BE = BackwardTraits<D, DV, true>;
+    row("backward+extras", D, DV, dtype, BE::kBr, BE::kBc, BE::kSplit, BE::kSmemBytes);
     using Q = DqTraits<D, DV>;
     row("dq", D, DV, dtype, Q::kBr, Q::kBc, 1, Q::kSmemBytes);
   }
