@@ -202,9 +202,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
         const float lse = tLse[il];
         const bool seen = lse != -INFINITY && lo[e / 2] <= il && il < hi[e / 2] &&
                           !((block_hidden >> (4 * nb + e)) & 1u);
-        // (the variant without the options' code: S·log2(e) = acc·scale2, bitwise the forward's)
-        const float x = kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) : acc_s[nb][e] * score.scale2;
-        const float pr = seen ? exp2_ftz(x - lse * kLog2e) : 0.0f;
+        // (the variant without the options' code: S·log2(e) = acc·scale2, bitwise the forward's; the
+        // bias is read only for seen elements)
+        const float pr =
+            seen ? exp2_ftz((kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) : acc_s[nb][e] * score.scale2) -
+                            lse * kLog2e)
+                 : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
         float ds = pr * (dp - tDot[il]);

@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     // chosen once per tile: a partial tile (of the window rule, of the block mask, or of a block
     // with rows past the sequence, whose rows must not read the bias) tests every element; a full
     // tile tests none.
-    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br ||
-                         (kBlockSparse && block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full);
+    const bool block_partial =  // the block mask leaves the tile partial (classified once per tile)
+        kBlockSparse && block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full;
+    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br || block_partial;
     float tile_max[kM][2];
     auto scores = [&](auto masked) {
 #pragma unroll
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
         uint32_t block_hidden = 0;
         if constexpr (decltype(masked)::value) {
           if constexpr (kBlockSparse) {
-            if (block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full)
+            if (block_partial)
               block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
                 i = e < 2 ? row[mt][0] : row[mt][1];  // selects: no dynamic index into registers
                 j = c0 + nb * kMmaCols + 2 * t + e % 2;
