@@ -482,7 +482,7 @@ void allocate_view(Buffer& b, Tensor& t) {
 unsigned char* hostile_pointer(ByteReader& r, FuzzCase& c, const Buffer& own) {
   switch (r.pick(3)) {
     case 0: return nullptr;
-    case 1: return own.begin() + 1;
+    case 1: return own.begin() ? own.begin() + 1 : nullptr;  // an unallocated buffer has no byte to step into
     default: {
       const std::vector<const Buffer*> all = all_buffers(c);
       const Buffer& b = *all[r.pick(static_cast<unsigned>(all.size()))];
