@@ -34,13 +34,13 @@ struct AppendParams {
 // the first rotary_dim rotate in pairs (x[2r], x[2r+1]) if interleaved, else (x[r], x[r + half]).
 template <class T>
 __device__ inline T rotated_element(const AppendParams& p, const T* src, int x, const float* cs, const float* sn) {
-  if (cs == nullptr || x >= p.rotary_dim) return src[x];
+  if (cs == nullptr || x >= p.rotary_dim) return ld(src + x);
   const int half = p.rotary_dim / 2;
   const int r = p.interleaved ? x / 2 : x % half;
   const bool first = p.interleaved ? x % 2 == 0 : x < half;
   const int i0 = p.interleaved ? 2 * r : r, i1 = p.interleaved ? 2 * r + 1 : r + half;
-  const double x0 = Elem<T>::to_float(src[i0]), x1 = Elem<T>::to_float(src[i1]);
-  const double c = cs[r], s = sn[r];
+  const double x0 = Elem<T>::to_float(ld(src + i0)), x1 = Elem<T>::to_float(ld(src + i1));
+  const double c = ld(cs + r), s = ld(sn + r);
   const double v = first ? x0 * c - x1 * s : x0 * s + x1 * c;
   return Elem<T>::from_float(static_cast<float>(v));
 }
@@ -51,10 +51,10 @@ template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) append_kv_kernel(const AppendParams p) {
   const int64_t t = blockIdx.x;
   const int hk = blockIdx.y, b = blockIdx.z;
-  const int64_t pos = int64_t{p.seqlens_k[b]} + t;
+  const int64_t pos = int64_t{ld(p.seqlens_k + b)} + t;
   int64_t batch = b, row = pos;
   if (p.block_table) {
-    batch = p.block_table[b * p.block_table_stride + pos / p.page_size];
+    batch = ld(p.block_table + b * p.block_table_stride + pos / p.page_size);
     row = pos % p.page_size;
   }
   const float* cs = p.rotary_cos ? p.rotary_cos + pos * (p.rotary_dim / 2) : nullptr;
@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) append_kv_kernel(const Appen
   const T* vn = static_cast<const T*>(p.v_new.data) + p.v_new.offset(b, t, hk);
   T* kc = static_cast<T*>(p.k_cache.data) + p.k_cache.offset(batch, row, hk);
   T* vc = static_cast<T*>(p.v_cache.data) + p.v_cache.offset(batch, row, hk);
-  for (int x = threadIdx.x; x < p.dim; x += kThreadsPerBlock) kc[x] = rotated_element(p, kn, x, cs, sn);
-  for (int x = threadIdx.x; x < p.dim_v; x += kThreadsPerBlock) vc[x] = vn[x];
+  for (int x = threadIdx.x; x < p.dim; x += kThreadsPerBlock) st(kc + x, rotated_element(p, kn, x, cs, sn));
+  for (int x = threadIdx.x; x < p.dim_v; x += kThreadsPerBlock) st(vc + x, ld(vn + x));
 }
 
 // One block per (query row i, query head, sequence b): q_rot[b, i] = q[b, i] rotated at position
@@ -73,12 +73,12 @@ template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) rotate_q_kernel(const AppendParams p) {
   const int64_t i = blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int64_t pos = int64_t{p.seqlens_k[b]} + i;
+  const int64_t pos = int64_t{ld(p.seqlens_k + b)} + i;
   const float* cs = p.rotary_cos + pos * (p.rotary_dim / 2);
   const float* sn = p.rotary_sin + pos * (p.rotary_dim / 2);
   const T* src = static_cast<const T*>(p.q.data) + p.q.offset(b, i, h);
   T* dst = static_cast<T*>(p.q_rot.data) + p.q_rot.offset(b, i, h);
-  for (int x = threadIdx.x; x < p.dim; x += kThreadsPerBlock) dst[x] = rotated_element(p, src, x, cs, sn);
+  for (int x = threadIdx.x; x < p.dim; x += kThreadsPerBlock) st(dst + x, rotated_element(p, src, x, cs, sn));
 }
 
 }  // namespace flashattn::gpu::detail

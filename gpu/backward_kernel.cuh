@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
         const int il = nb * kMmaCols + 2 * t + e % 2;  // query row within the block
         const int64_t i = i0 + il, j = key[e / 2];
         float th = 0;
-        const float lse = tLse[il];
+        const float lse = ld(tLse + il);
         const bool seen = lse != -INFINITY && lo[e / 2] <= il && il < hi[e / 2] &&
                           !((block_hidden >> (4 * nb + e)) & 1u);
         // (the variant without the options' code: S·log2(e) = acc·scale2, bitwise the forward's; the
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
                  : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
-        float ds = pr * (dp - tDot[il]);
+        float ds = pr * (dp - ld(tDot + il));
         if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
         acc_s[nb][e] = kept ? pr : 0.0f;
         acc_dp[nb][e] = ds;
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
         for (int nb = 0; nb < kQTiles; ++nb)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            sdS[(nb * kMmaCols + 2 * t + e % 2) * SL::kStride + slab * kMmaRows + g + 8 * (e / 2)] =
-                Elem<T>::from_float(acc_dp[nb][e]);
+            st(sdS + (nb * kMmaCols + 2 * t + e % 2) * SL::kStride + slab * kMmaRows + g + 8 * (e / 2),
+               Elem<T>::from_float(acc_dp[nb][e]));
       }
       __syncthreads();
       // dQ_accum += scale · dS·K (this warp's 16 query rows and kQCols columns)
@@ -294,12 +294,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     T* vrow = dv + p.dv.offset(si.batch, si.k_start + key[r], hk);
 #pragma unroll
     for (int nd = 0; nd < kColTiles; ++nd)
-      *reinterpret_cast<uint32_t*>(krow + col0 + nd * kMmaCols + 2 * t) =
-          Elem<T>::pack(p.scale * acc_dk[nd][2 * r], p.scale * acc_dk[nd][2 * r + 1]);
+      st(reinterpret_cast<uint32_t*>(krow + col0 + nd * kMmaCols + 2 * t),
+         Elem<T>::pack(p.scale * acc_dk[nd][2 * r], p.scale * acc_dk[nd][2 * r + 1]));
 #pragma unroll
     for (int nd = 0; nd < kVColTiles; ++nd)
-      *reinterpret_cast<uint32_t*>(vrow + vcol0 + nd * kMmaCols + 2 * t) =
-          Elem<T>::pack(dv_scale * acc_dv[nd][2 * r], dv_scale * acc_dv[nd][2 * r + 1]);
+      st(reinterpret_cast<uint32_t*>(vrow + vcol0 + nd * kMmaCols + 2 * t),
+         Elem<T>::pack(dv_scale * acc_dv[nd][2 * r], dv_scale * acc_dv[nd][2 * r + 1]));
   }
 }
 

@@ -55,8 +55,9 @@ __device__ inline uint64_t listed_rows(const BlockMask& bm, int64_t s, int64_t h
       auto add = [&](const int32_t* count, const int32_t* index) {
         if (!count) return;
         const int32_t* e = index + l * bm.max_blocks;
-        for (int32_t x = BlockMask::lower_bound(count, index, bm.max_blocks, l, kb0); x < count[l] && e[x] <= kb1; ++x) {
-          const int64_t b0 = e[x] * bm.block_k - c0, b1 = b0 + bm.block_k;  // the block's rows in the tile
+        for (int32_t x = BlockMask::lower_bound(count, index, bm.max_blocks, l, kb0); x < ld(count + l) && ld(e + x) <= kb1;
+             ++x) {
+          const int64_t b0 = ld(e + x) * bm.block_k - c0, b1 = b0 + bm.block_k;  // the block's rows in the tile
           const int lo = static_cast<int>(b0 < 0 ? 0 : b0), hi = static_cast<int>(b1 > Rows ? Rows : b1);
           rows |= (hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
         }

@@ -21,7 +21,7 @@ namespace flashattn::gpu::detail {
 template <class T>
 __device__ inline float row_dot(const T* a, const T* b, int n) {
   float acc = 0;
-  for (int x = 0; x < n; ++x) acc += Elem<T>::to_float(a[x]) * Elem<T>::to_float(b[x]);
+  for (int x = 0; x < n; ++x) acc += Elem<T>::to_float(ld(a + x)) * Elem<T>::to_float(ld(b + x));
   return acc;
 }
 
@@ -57,14 +57,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dbias_kernel(const BackwardP
       for (int64_t i = i_first; i < i_last; ++i) {
         if (!visible_element(m, p.block_mask, s, h, i, j)) continue;  // window rule and block mask
         const int64_t li = lse_index(p, si, h, i);
-        const float lse = p.lse[li];
+        const float lse = ld(p.lse + li);
         if (lse == -INFINITY) continue;  // the row sees no key
         float th;
         const float x = score(row_dot(q + p.q.offset(si.batch, si.q_start + i, h), krow, p.dim), i, j, bias(i, j), th);
         const float pr = exp2f(x - lse * kLog2e);
         float dp = row_dot(dout + p.dout.offset(si.batch, si.q_start + i, h), vrow, p.dim_v);
         if (dropout) dp = (drop.bits(i, j / 8) >> (j % 8)) & 1u ? dp * p.dropout_scale : 0.0f;
-        acc += pr * (dp - p.dot[li]);
+        acc += pr * (dp - ld(p.dot + li));
       }
     }
   }

@@ -77,9 +77,9 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const bool ok = row[r] < m.seqlen_q;
-    const float lse = ok ? p.lse[lse_index(p, si, h, row[r])] : -INFINITY;
+    const float lse = ok ? ld(p.lse + lse_index(p, si, h, row[r])) : -INFINITY;
     lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-    dot[r] = ok ? p.dot[lse_index(p, si, h, row[r])] : 0.0f;
+    dot[r] = ok ? ld(p.dot + lse_index(p, si, h, row[r])) : 0.0f;
   }
   float acc_dq[kDTiles][4] = {};
 
@@ -162,8 +162,8 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     T* qrow = dq + p.dq.offset(si.batch, si.q_start + row[r], h);
 #pragma unroll
     for (int nd = 0; nd < kDTiles; ++nd)
-      *reinterpret_cast<uint32_t*>(qrow + nd * kMmaCols + 2 * t) =
-          Elem<T>::pack(p.scale * acc_dq[nd][2 * r], p.scale * acc_dq[nd][2 * r + 1]);
+      st(reinterpret_cast<uint32_t*>(qrow + nd * kMmaCols + 2 * t),
+         Elem<T>::pack(p.scale * acc_dq[nd][2 * r], p.scale * acc_dq[nd][2 * r + 1]));
   }
 }
 

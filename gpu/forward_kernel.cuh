@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   // Running max (log2 domain) and this thread's share of the running sum; the sink is a key of
   // score sinks[h] and value 0 that every row sees: it starts both (counted once per quad).
   const bool sink = p.sinks != nullptr && split == 0;
-  const float sink2 = sink ? p.sinks[h] * kLog2e : -INFINITY;
+  const float sink2 = sink ? ld(p.sinks + h) * kLog2e : -INFINITY;
   float row_max[kM][2], row_sum[kM][2];
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
@@ -271,19 +271,19 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
         float* orow = p.o_part + pi * DV + ocol0;
 #pragma unroll
         for (int nd = 0; nd < kOTiles; ++nd) {
-          orow[nd * kMmaCols + 2 * t] = acc_o[mt][nd][2 * r] * inv;
-          orow[nd * kMmaCols + 2 * t + 1] = acc_o[mt][nd][2 * r + 1] * inv;
+          st(orow + nd * kMmaCols + 2 * t, acc_o[mt][nd][2 * r] * inv);
+          st(orow + nd * kMmaCols + 2 * t + 1, acc_o[mt][nd][2 * r + 1] * inv);
         }
-        if (t == 0 && ocol0 == 0) p.lse_part[pi] = lse;
+        if (t == 0 && ocol0 == 0) st(p.lse_part + pi, lse);
         continue;
       }
       T* orow = out + p.out.offset(si.batch, si.q_start + i, h);
 #pragma unroll
       for (int nd = 0; nd < kOTiles; ++nd) {
         const uint32_t packed = Elem<T>::pack(acc_o[mt][nd][2 * r] * inv, acc_o[mt][nd][2 * r + 1] * inv);
-        *reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t) = packed;
+        st(reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t), packed);
       }
-      if (p.lse && t == 0 && ocol0 == 0) p.lse[li] = lse;
+      if (p.lse && t == 0 && ocol0 == 0) st(p.lse + li, lse);
     }
 }
 

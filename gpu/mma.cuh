@@ -68,6 +68,23 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// A plain load (ld) or store (st) of one value in global or shared memory. Every access a kernel
+// makes outside the wrappers of this file goes through these two (never `*p` or `p[i]` on a
+// device array), so the host emulator checks each against the call's buffers, the block's shared
+// memory, alignment, races and uninitialised bytes (emu/check.hpp); here they are the access itself.
+template <class T>
+__device__ __forceinline__ T ld(const T* p) {
+  return *p;
+}
+template <class T>
+struct Stored {  // st's value converts to the pointer's element type (not deduced from it)
+  using type = T;
+};
+template <class T>
+__device__ __forceinline__ void st(T* p, const typename Stored<T>::type& v) {
+  *p = v;
+}
+
 // Loads four 8x8 16-bit matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

@@ -111,7 +111,7 @@ __device__ inline SeqInfo sequence_info(const CommonParams& p, int64_t s) {
 __device__ inline int64_t key_offset(const CommonParams& p, const ConstView& view, const SeqInfo& si, int64_t j,
                                      int hk) {
   if (!p.block_table) return view.offset(si.batch, si.k_start + j, hk);
-  const int64_t page = p.block_table[si.index * p.block_table_stride + j / p.page_size];
+  const int64_t page = ld(p.block_table + si.index * p.block_table_stride + j / p.page_size);
   return view.offset(page, j % p.page_size, hk);
 }
 
@@ -122,19 +122,19 @@ __device__ inline int64_t lse_index(const CommonParams& p, const SeqInfo& si, in
 
 // Returns the fp32 value of element `offset` of a 16-bit or fp32 array of dtype `dtype`.
 __device__ inline float load_widened(const void* data, DType dtype, int64_t offset) {
-  if (dtype == DType::f32) return static_cast<const float*>(data)[offset];
-  if (dtype == DType::f16) return Elem<__half>::to_float(static_cast<const __half*>(data)[offset]);
-  return Elem<__nv_bfloat16>::to_float(static_cast<const __nv_bfloat16*>(data)[offset]);
+  if (dtype == DType::f32) return ld(static_cast<const float*>(data) + offset);
+  if (dtype == DType::f16) return Elem<__half>::to_float(ld(static_cast<const __half*>(data) + offset));
+  return Elem<__nv_bfloat16>::to_float(ld(static_cast<const __nv_bfloat16*>(data) + offset));
 }
 
 // Stores x rounded to nearest even as element `offset` of an array of dtype `dtype`.
 __device__ inline void store_narrowed(void* data, DType dtype, int64_t offset, float x) {
   if (dtype == DType::f32)
-    static_cast<float*>(data)[offset] = x;
+    st(static_cast<float*>(data) + offset, x);
   else if (dtype == DType::f16)
-    static_cast<__half*>(data)[offset] = Elem<__half>::from_float(x);
+    st(static_cast<__half*>(data) + offset, Elem<__half>::from_float(x));
   else
-    static_cast<__nv_bfloat16*>(data)[offset] = Elem<__nv_bfloat16>::from_float(x);
+    st(static_cast<__nv_bfloat16*>(data) + offset, Elem<__nv_bfloat16>::from_float(x));
 }
 
 // The bias entries of one (sequence, query head): row i, key j within the sequence. Reads nothing
@@ -174,7 +174,7 @@ __host__ __device__ inline bool backward_extras(const CommonParams& p) { return 
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
 __device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {
-  return p.alibi_slopes ? p.alibi_slopes[s * p.alibi_batch_stride + h] : 0.0f;
+  return p.alibi_slopes ? ld(p.alibi_slopes + s * p.alibi_batch_stride + h) : 0.0f;
 }
 
 }  // namespace flashattn::gpu::detail

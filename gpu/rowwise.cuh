@@ -47,9 +47,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dot_kernel(const BackwardPar
   const T* o = static_cast<const T*>(p.out.data) + p.out.offset(si.batch, si.q_start + i, h);
   const T* d = static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i, h);
   float acc = 0;
-  for (int x = lane; x < p.dim_v; x += kWarpSize) acc += Elem<T>::to_float(o[x]) * Elem<T>::to_float(d[x]);
+  for (int x = lane; x < p.dim_v; x += kWarpSize) acc += Elem<T>::to_float(ld(o + x)) * Elem<T>::to_float(ld(d + x));
   acc = warp_sum(acc);
-  if (lane == 0) p.dot[lse_index(p, si, h, i)] = acc;
+  if (lane == 0) st(p.dot + lse_index(p, si, h, i), acc);
 }
 
 // dq[row, h, :] = dq_accum[row, h, :] rounded to T, one warp per row.
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const Back
   const int64_t i = w.i;
   const float* acc = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + h) * p.dim;
   T* dq = static_cast<T*>(p.dq.data) + p.dq.offset(si.batch, si.q_start + i, h);
-  for (int x = lane; x < p.dim; x += kWarpSize) dq[x] = Elem<T>::from_float(acc[x]);
+  for (int x = lane; x < p.dim; x += kWarpSize) st(dq + x, Elem<T>::from_float(ld(acc + x)));
 }
 
 // Split-KV combine, one warp per (row, query head): out and lse from the num_splits fp32 partials by
@@ -78,18 +78,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock) combine_kernel(const Forward
   const int64_t i = w.i;
   const int64_t li = lse_index(p, si, h, i);
   float mx = -INFINITY;
-  for (int sp = 0; sp < p.num_splits; ++sp) mx = fmaxf(mx, p.lse_part[sp * p.part_rows + li]);
-  auto weight = [&](int sp) { return mx == -INFINITY ? 0.0f : expf(p.lse_part[sp * p.part_rows + li] - mx); };
+  for (int sp = 0; sp < p.num_splits; ++sp) mx = fmaxf(mx, ld(p.lse_part + sp * p.part_rows + li));
+  auto weight = [&](int sp) { return mx == -INFINITY ? 0.0f : expf(ld(p.lse_part + sp * p.part_rows + li) - mx); };
   float wsum = 0;
   for (int sp = 0; sp < p.num_splits; ++sp) wsum += weight(sp);
   const float inv = wsum > 0 ? 1.0f / wsum : 0.0f;
   T* o = static_cast<T*>(p.out.data) + p.out.offset(si.batch, si.q_start + i, h);
   for (int x = lane; x < p.dim_v; x += kWarpSize) {
     float acc = 0;
-    for (int sp = 0; sp < p.num_splits; ++sp) acc += weight(sp) * p.o_part[(sp * p.part_rows + li) * p.dim_v + x];
-    o[x] = Elem<T>::from_float(acc * inv);
+    for (int sp = 0; sp < p.num_splits; ++sp) acc += weight(sp) * ld(p.o_part + (sp * p.part_rows + li) * p.dim_v + x);
+    st(o + x, Elem<T>::from_float(acc * inv));
   }
-  if (p.lse && lane == 0) p.lse[li] = mx == -INFINITY ? -INFINITY : mx + logf(wsum);
+  if (p.lse && lane == 0) st(p.lse + li, mx == -INFINITY ? -INFINITY : mx + logf(wsum));
 }
 
 // The keep-mask row of (row, query head), one warp per row, a byte per lane at a time: bit w of byte
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dropout_mask_kernel(const Fo
   const uint64_t stream = dropout_stream(p.dropout_offset, si.index, p.heads_q, w.h);
   uint8_t* row = p.dropout_mask + lse_index(p, si, w.h, w.i) * p.mask_row_bytes;
   for (int64_t j8 = w.lane; j8 < p.mask_row_bytes; j8 += kWarpSize)
-    row[j8] = dropout_mask_byte(p.dropout_seed, stream, w.i, j8, p.dropout_threshold, si.mask.seqlen_k);
+    st(row + j8, dropout_mask_byte(p.dropout_seed, stream, w.i, j8, p.dropout_threshold, si.mask.seqlen_k));
 }
 
 // dsinks[h] = −Σ over every row i of every sequence of exp(sink_h − LSE_i)·D_i (D = p.dot, rows
@@ -113,23 +113,23 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dsinks_kernel(const Backward
   const int h = blockIdx.x, tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   double* share = reinterpret_cast<double*>(smem_raw);
-  const double sink = p.sinks[h];
+  const double sink = ld(p.sinks + h);
   double acc = 0;
   for (int s = 0; s < p.num_sequences; ++s) {
     const SeqInfo si = sequence_info(p, s);
     for (int64_t i = tid; i < si.mask.seqlen_q; i += kThreadsPerBlock) {
       const int64_t li = lse_index(p, si, h, i);
-      const float lse = p.lse[li];
+      const float lse = ld(p.lse + li);
       if (lse == INFINITY || lse == -INFINITY) continue;
-      acc -= exp(sink - static_cast<double>(lse)) * static_cast<double>(p.dot[li]);
+      acc -= exp(sink - static_cast<double>(lse)) * static_cast<double>(ld(p.dot + li));
     }
   }
-  share[tid] = acc;
+  st(share + tid, acc);
   __syncthreads();
   if (tid == 0) {
     double total = 0;
-    for (int x = 0; x < kThreadsPerBlock; ++x) total += share[x];
-    p.dsinks[h] = static_cast<float>(total);
+    for (int x = 0; x < kThreadsPerBlock; ++x) total += ld(share + x);
+    st(p.dsinks + h, static_cast<float>(total));
   }
 }
 

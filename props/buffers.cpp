@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "flashattn/convert.hpp"
@@ -35,12 +37,91 @@ void for_each_element(const flashattn::ConstTensor& t, F f) {
 
 }  // namespace
 
+namespace {
+
+// The live Buffers by their storage (which a move keeps).
+struct Registry {
+  std::mutex mutex;
+  std::map<const unsigned char*, const Buffer*> owners;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+void enlist(const unsigned char* storage, const Buffer* owner) {
+  if (storage == nullptr) return;
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.owners[storage] = owner;
+}
+void delist(const unsigned char* storage) {
+  if (storage == nullptr) return;
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.owners.erase(storage);
+}
+
+}  // namespace
+
 Buffer::Buffer(std::string name, size_t bytes, size_t shift)
     : name_(std::move(name)),
       storage_(2 * kGuardBytes + shift + bytes, kCanary),
       covered_(bytes, 0),
       begin_(kGuardBytes + shift),
-      bytes_(bytes) {}
+      bytes_(bytes) {
+  enlist(storage_.data(), this);
+}
+
+Buffer::Buffer(const Buffer& other)
+    : name_(other.name_),
+      storage_(other.storage_),
+      covered_(other.covered_),
+      snapshot_(other.snapshot_),
+      begin_(other.begin_),
+      bytes_(other.bytes_) {
+  enlist(storage_.data(), this);
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : name_(std::move(other.name_)),
+      storage_(std::move(other.storage_)),
+      covered_(std::move(other.covered_)),
+      snapshot_(std::move(other.snapshot_)),
+      begin_(other.begin_),
+      bytes_(other.bytes_) {
+  other.storage_.clear();
+  enlist(storage_.data(), this);
+}
+
+Buffer& Buffer::operator=(const Buffer& other) {
+  if (this != &other) *this = Buffer(other);
+  return *this;
+}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this == &other) return *this;
+  delist(storage_.data());
+  name_ = std::move(other.name_);
+  storage_ = std::move(other.storage_);
+  covered_ = std::move(other.covered_);
+  snapshot_ = std::move(other.snapshot_);
+  begin_ = other.begin_;
+  bytes_ = other.bytes_;
+  other.storage_.clear();
+  enlist(storage_.data(), this);
+  return *this;
+}
+
+Buffer::~Buffer() { delist(storage_.data()); }
+
+std::vector<Allocation> live_allocations() {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<Allocation> all;
+  for (const auto& [storage, b] : r.owners)
+    all.push_back(Allocation{storage, storage + b->storage_size(), b->data(), b->bytes(), b->name()});
+  return all;
+}
 
 void Buffer::cover(size_t offset, size_t n) { std::fill_n(covered_.begin() + offset, n, 1); }
 
@@ -71,6 +152,34 @@ std::string Buffer::unchanged_since_snapshot() const {
       return os.str();
     }
   return "";
+}
+
+int64_t span_elems(const flashattn::ConstTensor& t) {
+  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return 0;
+  return (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim;
+}
+
+flashattn::Tensor gpu_layout(const flashattn::ConstTensor& h) {
+  auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  flashattn::Tensor d{nullptr, h.dtype, h.batch, h.seq, h.heads, h.dim, h.stride_batch, h.stride_seq, h.stride_head};
+  const int64_t per = 16 / static_cast<int64_t>(flashattn::dtype_size(h.dtype));
+  struct Axis {
+    int64_t size, host_stride;
+    int64_t* stride;
+  };
+  Axis axes[3] = {{h.heads, h.stride_head, &d.stride_head},
+                  {h.seq, h.stride_seq, &d.stride_seq},
+                  {h.batch, h.stride_batch, &d.stride_batch}};
+  std::stable_sort(std::begin(axes), std::end(axes),
+                   [](const Axis& a, const Axis& b) { return a.host_stride < b.host_stride; });
+  int64_t host_span = h.dim, span = h.dim;  // elements covered by the faster axes
+  for (Axis& a : axes) {
+    const bool gap = a.host_stride > host_span;
+    *a.stride = round_up(span + (gap ? per : 0), per);
+    host_span = std::max(host_span, a.host_stride * (a.size - 1) + host_span);
+    span = *a.stride * (a.size > 0 ? a.size - 1 : 0) + span;
+  }
+  return d;
 }
 
 GuardedTensor make_tensor(const std::string& name, DType dtype, int64_t batch, int64_t seq, int64_t heads, int64_t dim,

@@ -25,10 +25,17 @@ class Buffer {
   // Allocates `bytes` of payload preceded by kGuardBytes + `shift` canary bytes (shift moves the
   // payload off its natural alignment) and followed by kGuardBytes; every byte starts as canary.
   Buffer(std::string name, size_t bytes, size_t shift);
+  // Every Buffer holding an allocation is listed by live_allocations() until it is destroyed.
+  Buffer(const Buffer& other);
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(const Buffer& other);
+  Buffer& operator=(Buffer&& other) noexcept;
+  ~Buffer();
 
   unsigned char* data() { return storage_.data() + begin_; }
   const unsigned char* data() const { return storage_.data() + begin_; }
   size_t bytes() const { return bytes_; }
+  size_t storage_size() const { return storage_.size(); }  // payload, shift and both guard zones
   const std::string& name() const { return name_; }
 
   // Marks payload bytes [offset, offset + n) as part of the view (may be written by an output call).
@@ -49,6 +56,16 @@ class Buffer {
   size_t begin_ = 0, bytes_ = 0;
 };
 
+// One live Buffer's allocation: [begin, end) including the guard zones, payload bytes at payload.
+struct Allocation {
+  const unsigned char *begin, *end, *payload;
+  size_t bytes;
+  std::string name;
+};
+// Returns the allocations of every live Buffer (for a runner whose implementation can check its
+// own accesses against the call's buffers: the GPU emulator's memcheck, gpu/emu/props_emu.cpp).
+std::vector<Allocation> live_allocations();
+
 // A guarded strided tensor [batch, seq, heads, dim] in one of the case layouts.
 struct GuardedTensor {
   Buffer buffer;
@@ -59,6 +76,16 @@ struct GuardedTensor {
 // element when `offset` is set. All view elements start as canary bytes.
 GuardedTensor make_tensor(const std::string& name, flashattn::DType dtype, int64_t batch, int64_t seq, int64_t heads,
                           int64_t dim, Layout layout, bool offset);
+
+// Returns the largest element offset of view t plus one (0 for an empty view).
+int64_t span_elems(const flashattn::ConstTensor& t);
+
+// Returns the layout (strides; data null) of a copy of view t that the GPU backend accepts: the same
+// axis order (by stride), a gap of 16 bytes after an axis wherever t has a gap there, and every
+// stride a multiple of 16 bytes. The GPU runners (the real one and the emulated one) copy each
+// tensor of a call into this layout, so every case's layout runs, with aligned rows as the GPU
+// requires (flashattn::gpu rejects unaligned rows with an error).
+flashattn::Tensor gpu_layout(const flashattn::ConstTensor& t);
 
 // Writes NaN into every view element (outputs are poisoned before each call).
 void poison(GuardedTensor& t);

@@ -27,6 +27,7 @@ endif()
 # FLASHATTN_PROPS_CASES bounds its run time (emulation is slow); ctest runs a small number.
 if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   add_executable(flashattn_props_gpu_emu ${PROJECT_SOURCE_DIR}/gpu/emu/props_emu.cpp
+                                         ${PROJECT_SOURCE_DIR}/gpu/emu/props_calls.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_inference.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_bias_dropout.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_block_mask.cpp

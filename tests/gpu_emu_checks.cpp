@@ -98,6 +98,81 @@ TEST_CASE("emu checks: each planted bug is reported, under every schedule") {
   }
 }
 
+// Plain loads and stores (ld, st) and the flashattn/ helpers' read_element: the bug of each variant
+// of `plain_exchange` below.
+enum class PlainBug { none, global_load_past_end, global_store_past_end, misaligned_load, no_barrier, uninitialised,
+                      store_past_smem, helper_read_past_end };
+
+struct PlainParams {
+  const uint32_t* src;  // kThreads words
+  uint32_t* dst;        // kThreads words
+  PlainBug bug;
+};
+
+// Each thread stores its source word to shared memory (st), then after a barrier loads the word of
+// the thread 32 places on (ld) and stores it to dst: dst[tid] = src[(tid + 32) % kThreads].
+void plain_exchange(const PlainParams p) {
+  using flashattn::gpu::detail::ld;
+  using flashattn::gpu::detail::st;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int peer = (tid + 32) % kThreads;
+  uint32_t* words = reinterpret_cast<uint32_t*>(smem_raw);
+  const bool last = tid == kThreads - 1;
+  const uint32_t mine = p.bug == PlainBug::global_load_past_end && last ? ld(p.src + kThreads)
+                        : p.bug == PlainBug::misaligned_load && last
+                            ? ld(reinterpret_cast<const uint32_t*>(reinterpret_cast<const unsigned char*>(p.src) + 2))
+                        : p.bug == PlainBug::helper_read_past_end && last ? flashattn::read_element(p.src + kThreads)
+                                                                           : ld(p.src + tid);
+  if (p.bug == PlainBug::store_past_smem && last)
+    st(words + kSmem / 4, mine);
+  else if (p.bug != PlainBug::uninitialised || tid % 32 != 0)
+    st(words + tid, mine);
+  if (p.bug != PlainBug::no_barrier) __syncthreads();
+  st(p.dst + (p.bug == PlainBug::global_store_past_end && last ? kThreads : tid), ld(words + peer));
+}
+
+// Returns the error of one launch of `plain_exchange` with `bug` ("" if none); dst receives the output.
+std::string run_plain(PlainBug bug, uint64_t seed, std::vector<uint32_t>& dst) {
+  constexpr int kPad = 4;  // guard words on each side
+  std::vector<uint32_t> src(kThreads + 2 * kPad);
+  for (int i = 0; i < kThreads; ++i) src[kPad + i] = 1000 + i;
+  std::vector<uint32_t> out(kThreads + 2 * kPad, 0);
+  emu::register_guarded(src.data(), src.data() + src.size(), src.data() + kPad, kThreads * 4, "src");
+  emu::register_guarded(out.data(), out.data() + out.size(), out.data() + kPad, kThreads * 4, "dst");
+  emu::set_schedule_seed(seed);
+  std::string error;
+  try {
+    emu::launch(plain_exchange, emu::Dim3{1, 1, 1}, kThreads, kSmem, PlainParams{src.data() + kPad, out.data() + kPad, bug});
+  } catch (const std::logic_error& e) {
+    error = e.what();
+  }
+  emu::clear_guarded();
+  dst.assign(out.begin() + kPad, out.end() - kPad);
+  return error;
+}
+
+TEST_CASE("emu checks: plain loads and stores (ld, st) are checked like the wrappers") {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    CAPTURE(seed);
+    std::vector<uint32_t> dst;
+    CHECK(run_plain(PlainBug::none, seed, dst) == "");
+    for (int i = 0; i < kThreads; ++i) CHECK(dst[i] == 1000u + (i + 32) % kThreads);
+    const std::string load = run_plain(PlainBug::global_load_past_end, seed, dst);
+    CHECK(contains(load, "a load (ld) by thread 63"));
+    CHECK(contains(load, "global bytes [256, 260) of src (256 bytes) are out of bounds"));
+    CHECK(contains(run_plain(PlainBug::global_store_past_end, seed, dst),
+                   "a store (st) by thread 63"));
+    CHECK(contains(run_plain(PlainBug::global_store_past_end, seed, dst), "of dst (256 bytes) are out of bounds"));
+    CHECK(contains(run_plain(PlainBug::misaligned_load, seed, dst), "address not 4-byte aligned"));
+    const std::string race = run_plain(PlainBug::no_barrier, seed, dst);
+    CHECK(contains(race, "race:"));
+    CHECK(contains(race, "a store (st) by thread"));  // the storing thread is known
+    CHECK(contains(run_plain(PlainBug::uninitialised, seed, dst), "nothing wrote in this block (uninitialised)"));
+    CHECK(contains(run_plain(PlainBug::store_past_smem, seed, dst), "outside the dynamic shared size"));
+    CHECK(contains(run_plain(PlainBug::helper_read_past_end, seed, dst), "by a flashattn/ helper"));
+  }
+}
+
 void divergent_barrier(const int) {
   if (threadIdx.x == 0) __syncthreads();
 }

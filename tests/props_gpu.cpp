@@ -32,6 +32,7 @@
 #include "flashattn/gpu.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
+#include "props/buffers.hpp"
 #include "props/case.hpp"
 #include "props/check.hpp"
 #include "props/crosscheck.hpp"
@@ -54,38 +55,8 @@ void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Returns the largest element offset of t plus one (0 for an empty view).
-int64_t span_elems(const Tensor& t) {
-  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return 0;
-  return (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim;
-}
-
-// Returns round_up(x, m) for x >= 0.
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// Returns a device layout for host view h: the same axis order (by stride), a gap of 16 bytes
-// after an axis wherever the host has a gap there, and every stride a multiple of 16 bytes.
-Tensor device_layout(const flashattn::ConstTensor& h) {
-  Tensor d{nullptr, h.dtype, h.batch, h.seq, h.heads, h.dim, h.stride_batch, h.stride_seq, h.stride_head};
-  const int64_t per = 16 / static_cast<int64_t>(flashattn::dtype_size(h.dtype));
-  struct Axis {
-    int64_t size, host_stride;
-    int64_t* stride;
-  };
-  Axis axes[3] = {{h.heads, h.stride_head, &d.stride_head},
-                  {h.seq, h.stride_seq, &d.stride_seq},
-                  {h.batch, h.stride_batch, &d.stride_batch}};
-  std::stable_sort(std::begin(axes), std::end(axes),
-                   [](const Axis& a, const Axis& b) { return a.host_stride < b.host_stride; });
-  int64_t host_span = h.dim, span = h.dim;  // elements covered by the faster axes
-  for (Axis& a : axes) {
-    const bool gap = a.host_stride > host_span;
-    *a.stride = round_up(span + (gap ? per : 0), per);
-    host_span = std::max(host_span, a.host_stride * (a.size - 1) + host_span);
-    span = *a.stride * (a.size > 0 ? a.size - 1 : 0) + span;
-  }
-  return d;
-}
+using props::gpu_layout;
+using props::span_elems;
 
 // One device buffer with guards, the bytes expected in it and which bytes belong to the view.
 class DeviceBuffer {
@@ -133,7 +104,7 @@ struct DeviceTensor {
   std::unique_ptr<DeviceBuffer> buffer;
 
   // Copies the view elements of h into a new device buffer.
-  DeviceTensor(const std::string& name, const flashattn::ConstTensor& h) : host(h), dev(device_layout(h)) {
+  DeviceTensor(const std::string& name, const flashattn::ConstTensor& h) : host(h), dev(gpu_layout(h)) {
     const size_t es = flashattn::dtype_size(h.dtype);
     buffer = std::make_unique<DeviceBuffer>(name, static_cast<size_t>(span_elems(dev)) * es);
     for_rows([&](const unsigned char* hrow, size_t drow) { buffer->place(drow, hrow, h.dim * es); });

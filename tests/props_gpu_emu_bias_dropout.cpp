@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "emu/emu_api.hpp"
+#include "emu/props_calls.hpp"
 #include "flashattn/convert.hpp"
 #include "flashattn/dropout.hpp"
 #include "flashattn/problem.hpp"
@@ -102,7 +103,7 @@ TEST_CASE("gpu-emulated forward with bias and dropout agrees with the oracle; th
     CAPTURE(props::to_string(c));
     props::Instance inst(c);
     const flashattn::ForwardArgs a = inst.forward_args();
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     CHECK(props::judge_forward(a).first_failure() == "");
     CHECK(check_mask(a, inst) == "");
     CHECK(inst.check() == "");
@@ -116,7 +117,7 @@ TEST_CASE("gpu-emulated backward with bias and dropout (dbias, both dQ modes) ag
     for (const bool deterministic : {true, false}) {
       CAPTURE(deterministic);
       const flashattn::BackwardArgs a = inst.backward_args();
-      flashattn::gpu_emu::backward(a, deterministic);
+      flashattn::gpu_emu::backward_in_gpu_layout(a, deterministic);
       const props::Judgement j = props::judge_backward(a);
       CHECK(j.first_failure() == "");
       if (c.bias != BiasKind::off) CHECK(j.find("dbias") != nullptr);
@@ -135,22 +136,22 @@ TEST_CASE("gpu-emulated dropout with p = 0 gives the bits of the call without dr
     return std::vector<unsigned char>(p, p + (t.batch * t.stride_batch) * flashattn::dtype_size(t.dtype));
   };
   flashattn::ForwardArgs plain = inst.forward_args();
-  flashattn::gpu_emu::forward(plain);
+  flashattn::gpu_emu::forward_in_gpu_layout(plain);
   const auto out = bytes(plain.out);
   const std::vector<float> lse(inst.lse(), inst.lse() + inst.lse_count());
   flashattn::ForwardArgs zero = inst.forward_args();
   zero.dropout_seed = 0x123456789ull;
   zero.dropout_offset = 77;
-  flashattn::gpu_emu::forward(zero);
+  flashattn::gpu_emu::forward_in_gpu_layout(zero);
   CHECK(bytes(zero.out) == out);
   CHECK(std::memcmp(lse.data(), inst.lse(), lse.size() * sizeof(float)) == 0);
   flashattn::BackwardArgs b = inst.backward_args();
-  flashattn::gpu_emu::backward(b, true);
+  flashattn::gpu_emu::backward_in_gpu_layout(b, true);
   const auto dq = bytes(b.dq), dk = bytes(b.dk), dv = bytes(b.dv), dbias = bytes(b.dbias);
   b = inst.backward_args();
   b.dropout_seed = 0x123456789ull;
   b.dropout_offset = 77;
-  flashattn::gpu_emu::backward(b, true);
+  flashattn::gpu_emu::backward_in_gpu_layout(b, true);
   CHECK(bytes(b.dq) == dq);
   CHECK(bytes(b.dk) == dk);
   CHECK(bytes(b.dv) == dv);
@@ -192,7 +193,7 @@ TEST_CASE("gpu-emulated paged K/V with split-KV, sinks, bias and dropout agrees 
     }
     std::vector<uint8_t> mask(static_cast<size_t>(flashattn::lse_count(a) * flashattn::dropout_mask_row_bytes(a)), 0xA5);
     a.dropout_mask = mask.data();
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     plain.out = a.out;
     plain.lse = a.lse;
     CHECK(props::judge_forward(plain).first_failure() == "");

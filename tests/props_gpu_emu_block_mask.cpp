@@ -19,6 +19,7 @@
 #include <doctest/doctest.h>
 
 #include "emu/emu_api.hpp"
+#include "emu/props_calls.hpp"
 #include "flashattn/block_mask_build.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/problem.hpp"
@@ -226,7 +227,7 @@ TEST_CASE("gpu-emulated block-sparse: the forward agrees with the oracle") {
       a.block_mask = view_of(m);
       a.dropout_mask = nullptr;
       a.num_splits = splits;
-      flashattn::gpu_emu::forward(a);
+      flashattn::gpu_emu::forward_in_gpu_layout(a);
       CHECK(props::judge_forward(a).first_failure() == "");
       CHECK(inst.check() == "");
     }
@@ -241,7 +242,7 @@ TEST_CASE("gpu-emulated block-sparse: the backward (both dQ modes, dbias) agrees
     for (const bool deterministic : {true, false}) {
       CAPTURE(deterministic);
       const flashattn::BackwardArgs a = backward_with(inst, view_of(m));
-      flashattn::gpu_emu::backward(a, deterministic);
+      flashattn::gpu_emu::backward_in_gpu_layout(a, deterministic);
       const props::Judgement j = props::judge_backward(a);
       CHECK(j.first_failure() == "");
       if (b.c.bias != BiasKind::off) CHECK(j.find("dbias") != nullptr);
@@ -303,14 +304,14 @@ TEST_CASE("gpu-emulated block-sparse: no K/V row, bias entry or bit of an unlist
     CAPTURE(m.listed());
     a.block_mask = view_of(m);
     a.dropout_mask = nullptr;
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     REQUIRE(props::judge_forward(a).first_failure() == "");
     const auto out = bytes(a.out);
     const auto lse = lse_of(inst);
     flashattn::BackwardArgs g = backward_with(inst, view_of(m));
     const std::vector<float> lse_in(g.lse, g.lse + inst.lse_count());
     const auto out_in = bytes(inst.out());
-    flashattn::gpu_emu::backward(g, true);
+    flashattn::gpu_emu::backward_in_gpu_layout(g, true);
     REQUIRE(props::judge_backward(g).first_failure() == "");
     const auto dq = bytes(g.dq), dk = bytes(g.dk), dv = bytes(g.dv), dbias = bytes(g.dbias);
 
@@ -318,7 +319,7 @@ TEST_CASE("gpu-emulated block-sparse: no K/V row, bias entry or bit of an unlist
     a = inst.forward_args();
     a.block_mask = view_of(m);
     a.dropout_mask = nullptr;
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     CHECK(bytes(a.out) == out);
     CHECK(std::memcmp(lse.data(), inst.lse(), lse.size() * sizeof(float)) == 0);
     // The backward's inputs out and lse as in the first run (the forward's above wrote the same bits).
@@ -331,7 +332,7 @@ TEST_CASE("gpu-emulated block-sparse: no K/V row, bias entry or bit of an unlist
     g.dv = inst.dv();
     g.dbias = inst.dbias();
     for (const flashattn::Tensor* t : {&g.dq, &g.dk, &g.dv, &g.dbias}) poison(*t);
-    flashattn::gpu_emu::backward(g, true);
+    flashattn::gpu_emu::backward_in_gpu_layout(g, true);
     CHECK(bytes(g.dq) == dq);
     CHECK(bytes(g.dk) == dk);
     CHECK(bytes(g.dv) == dv);
@@ -370,22 +371,22 @@ TEST_CASE("gpu-emulated block-sparse: the mask of the call's own window rule giv
     flashattn::ForwardArgs a = inst.forward_args();
     a.dropout_mask = nullptr;
     const BlockMaskBuffers m = flashattn::block_mask_from_rule(a, r.block_q, r.block_k);
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     const auto out = bytes(a.out);
     const auto lse = lse_of(inst);
     a = inst.forward_args();
     a.dropout_mask = nullptr;
     a.block_mask = m.view();
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     CHECK(bytes(a.out) == out);
     CHECK(std::memcmp(lse.data(), inst.lse(), lse.size() * sizeof(float)) == 0);
     for (const bool deterministic : {true, false}) {
       CAPTURE(deterministic);
       flashattn::BackwardArgs g = backward_with(inst, flashattn::BlockMask{});
-      flashattn::gpu_emu::backward(g, deterministic);
+      flashattn::gpu_emu::backward_in_gpu_layout(g, deterministic);
       const auto dq = bytes(g.dq), dk = bytes(g.dk), dv = bytes(g.dv), dbias = bytes(g.dbias);
       g = backward_with(inst, m.view());
-      flashattn::gpu_emu::backward(g, deterministic);
+      flashattn::gpu_emu::backward_in_gpu_layout(g, deterministic);
       if (deterministic) CHECK(bytes(g.dq) == dq);  // fp32 atomics: order-dependent on a GPU
       CHECK(bytes(g.dk) == dk);
       CHECK(bytes(g.dv) == dv);
@@ -418,7 +419,7 @@ TEST_CASE("gpu-emulated block-sparse: paged K/V with split-KV and sinks agrees w
     const BlockMaskBuffers m = make_mask(spec, s.batch, s.heads_q(), s.seqlen_q, cols, plain_cols / spec.block_k * spec.block_k);
     CAPTURE(m.listed());
     a.block_mask = plain.block_mask = view_of(m);
-    flashattn::gpu_emu::forward(a);
+    flashattn::gpu_emu::forward_in_gpu_layout(a);
     plain.out = a.out;
     plain.lse = a.lse;
     CHECK(props::judge_forward(plain).first_failure() == "");
@@ -450,7 +451,7 @@ TEST_CASE("gpu-emulated block-sparse: unsorted and out-of-range lists are reject
     const auto lse = lse_of(inst);
     std::string message;
     try {
-      flashattn::gpu_emu::forward(a);
+      flashattn::gpu_emu::forward_in_gpu_layout(a);
     } catch (const flashattn::Error& e) {
       message = e.what();
     }
@@ -462,7 +463,7 @@ TEST_CASE("gpu-emulated block-sparse: unsorted and out-of-range lists are reject
     const auto dq = bytes(g.dq), dk = bytes(g.dk), dv = bytes(g.dv);
     message.clear();
     try {
-      flashattn::gpu_emu::backward(g, true);
+      flashattn::gpu_emu::backward_in_gpu_layout(g, true);
     } catch (const flashattn::Error& e) {
       message = e.what();
     }

@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include "emu/emu_api.hpp"
+#include "emu/props_calls.hpp"
 #include "props/check.hpp"
 #include "props/inference.hpp"
 
@@ -36,9 +37,9 @@ TEST_CASE("gpu-emulated inference forward: repeated split-KV calls are bitwise i
     props::InferenceSpec s = *props::gen_inference(0, props::InferenceDims::gpu);
     s.num_splits = *rc::gen::inRange<int64_t>(2, 6);
     props::InferenceProblem p(s);
-    flashattn::gpu_emu::forward(p.call());
+    flashattn::gpu_emu::forward_in_gpu_layout(p.call());
     const auto out1 = p.out_of_call(), lse1 = p.lse_of_call();
-    flashattn::gpu_emu::forward(p.call());
+    flashattn::gpu_emu::forward_in_gpu_layout(p.call());
     const auto out2 = p.out_of_call(), lse2 = p.lse_of_call();
     RC_ASSERT(std::memcmp(out1.data(), out2.data(), out1.size() * sizeof(double)) == 0);
     RC_ASSERT(std::memcmp(lse1.data(), lse2.data(), lse1.size() * sizeof(double)) == 0);
@@ -54,7 +55,7 @@ TEST_CASE("gpu-emulated inference backward: sinks (dsinks) and dv != d agree wit
     props::InferenceProblem p(s);
     const props::InferenceBackward b(p);
     for (const bool deterministic : {true, false}) {
-      flashattn::gpu_emu::backward(b.args(), deterministic);
+      flashattn::gpu_emu::backward_in_gpu_layout(b.args(), deterministic);
       const std::string failure = b.judge();
       if (!failure.empty())
         RC_FAIL(std::string(deterministic ? "deterministic: " : "atomic dQ: ") + failure + " | " + s.describe());

@@ -14,6 +14,7 @@
 
 #include "emu/check.hpp"
 #include "emu/emu_api.hpp"
+#include "emu/props_calls.hpp"
 #include "props/buffers.hpp"
 #include "props/check.hpp"
 #include "props/instance.hpp"
@@ -29,7 +30,7 @@ using Bits = std::vector<std::vector<double>>;
 Bits backward_bits(props::Instance& inst, bool deterministic, uint64_t seed) {
   emu::set_schedule_seed(seed);
   const flashattn::BackwardArgs a = inst.backward_args();
-  flashattn::gpu_emu::backward(a, deterministic);
+  flashattn::gpu_emu::backward_in_gpu_layout(a, deterministic);
   return {props::read_dense(inst.dq()), props::read_dense(inst.dk()), props::read_dense(inst.dv()),
           props::read_dense(inst.dbias())};
 }

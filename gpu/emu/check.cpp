@@ -221,6 +221,12 @@ void smem_read(const void* p, int bytes, int align, const char* what, Site site)
 void cp_async(void* dst, const void* src, bool valid, Site site, int bytes) {
   State& st = state();
   const size_t off = offset_of(dst, bytes, bytes, "cp.async destination", site);
+  if (valid && reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(bytes) != 0) {
+    const Dim3& b = block_idx;
+    detail::fail(std::string("emu: ") + st.kernel + " block (" + std::to_string(b.x) + ", " + std::to_string(b.y) +
+                 ", " + std::to_string(b.z) + "): cp.async by thread " + std::to_string(detail::current_thread()) +
+                 " at " + where(intern(site)) + ": global source not " + std::to_string(bytes) + "-byte aligned");
+  }
   if (valid) global_access(src, bytes, "cp.async source", site);
   Thread& t = me();
   const auto tid = static_cast<int16_t>(detail::current_thread());
@@ -287,13 +293,63 @@ void global_access(const void* p, size_t bytes, const char* what, Site site) {
   }
 }
 
+namespace {
+// Returns whether [p, p + bytes) is in the block's shared memory (smem_raw); fails when it is
+// not aligned to `bytes`.
+bool shared_plain(const void* p, int bytes, const char* what, Site site) {
+  const auto* q = static_cast<const unsigned char*>(p);
+  const auto* base = flashattn::gpu::detail::smem_raw;
+  if (reinterpret_cast<uintptr_t>(q) % static_cast<uintptr_t>(bytes) != 0) {
+    const Dim3& b = block_idx;
+    detail::fail(std::string("emu: ") + state().kernel + " block (" + std::to_string(b.x) + ", " +
+                 std::to_string(b.y) + ", " + std::to_string(b.z) + "): " + what + " of " + std::to_string(bytes) +
+                 " bytes by thread " + std::to_string(detail::current_thread()) + " at " + where(intern(site)) +
+                 ": address not " + std::to_string(bytes) + "-byte aligned");
+  }
+  return q >= base && q < base + kMaxSmem;
+}
+}  // namespace
+
+void plain_load(void* dst, const void* src, int bytes, Site site) {
+  if (shared_plain(src, bytes, "a load (ld)", site))
+    smem_read(src, bytes, bytes, "ld", site);
+  else
+    global_access(src, static_cast<size_t>(bytes), "a load (ld)", site);
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+void plain_store(void* dst, const void* src, int bytes, Site site) {
+  if (!shared_plain(dst, bytes, "a store (st)", site)) {
+    global_access(dst, static_cast<size_t>(bytes), "a store (st)", site);
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return;
+  }
+  State& st = state();
+  const size_t off = offset_of(dst, bytes, bytes, "a store (st)", site);
+  write_bytes(off, static_cast<size_t>(bytes), static_cast<int16_t>(detail::current_thread()), intern(site), me().ctx,
+              "a store (st)");
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  for (size_t i = off; i < off + static_cast<size_t>(bytes); ++i) {
+    st.shadow[i].written = true;
+    st.known[i] = flashattn::gpu::detail::smem_raw[i];
+  }
+}
+
 void register_guarded(const void* begin, const void* end, const void* payload, size_t bytes, const char* name) {
   state().guarded.push_back(Guarded{static_cast<const unsigned char*>(begin), static_cast<const unsigned char*>(end),
                                     static_cast<const unsigned char*>(payload), bytes, name});
 }
+void unregister_guarded(const void* payload) {
+  auto& g = state().guarded;
+  g.erase(std::remove_if(g.begin(), g.end(), [&](const Guarded& x) { return x.payload == payload; }), g.end());
+}
 void clear_guarded() { state().guarded.clear(); }
 
 namespace detail {
+
+void helper_read(const void* p, size_t bytes) {
+  global_access(p, bytes, "a read of a device array by a flashattn/ helper", Site{"read_element", 0});
+}
 
 void block_begin(int threads, int smem, const char* kernel) {
   State& st = state();

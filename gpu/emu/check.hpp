@@ -7,14 +7,17 @@
 //   races      shadow state per shared-memory byte per barrier epoch (the span between two
 //              __syncthreads): a write by one thread and a read or write by another in the same
 //              epoch is an error naming the kernel, the byte offset and both program points.
-//              Accesses through the wrappers are seen when they happen; plain stores to shared
-//              memory are found by comparing shared memory with its last known contents at each
-//              barrier and at each wrapper read (the storing thread is then unknown).
+//              Accesses through the wrappers and ld/st are seen when they happen; a store that
+//              bypasses st (the kernels make none) is still found by comparing shared memory with
+//              its last known contents at each barrier and each checked access (its thread is
+//              then unknown).
 //   memcheck   shared accesses through the wrappers inside the launch's dynamic shared size,
-//              16-byte aligned where the ISA requires it (cp.async destination, ldmatrix rows);
-//              global reads by cp.async and atomics outside registered buffers' payloads
-//              (register_guarded: the harness's canary zones) are errors.
-//   initcheck  a wrapper read of a shared byte that nothing wrote in this block is an error.
+//              16-byte aligned where the ISA requires it (cp.async destination, ldmatrix rows),
+//              plain loads and stores (ld, st) at their natural alignment; global accesses (cp.async
+//              sources, atomics, ld/st, and the reads of device arrays by the flashattn/ helpers:
+//              sequence lengths, block lists) outside registered buffers' payloads (register_guarded:
+//              the harness's canary zones and the emulator's scratch) are errors.
+//   initcheck  a wrapper or ld read of a shared byte that nothing wrote in this block is an error.
 // Every error ends the block: the scheduler throws std::logic_error with the message.
 #pragma once
 
@@ -40,6 +43,12 @@ void cp_async_wait(int n, Site site);
 // A global access of `bytes` at p by a wrapper (cp.async source, atomics): checked against the
 // registered guarded allocations.
 void global_access(const void* p, size_t bytes, const char* what, Site site);
+// A kernel's plain load (ld) of `bytes` from src into dst, or plain store (st) of `bytes` from src
+// to dst, performed here after the checks: a shared address is checked like a wrapper access
+// (bounds, races, initcheck; the store is recorded with its thread and site), any other address as
+// a global access of registered allocations; both must be aligned to `bytes`.
+void plain_load(void* dst, const void* src, int bytes, Site site);
+void plain_store(void* dst, const void* src, int bytes, Site site);
 // The context of later reports: the kernel-level call site of the last barrier, commit or wait of
 // the running thread.
 void note_context(Site site);
@@ -53,6 +62,7 @@ void set_schedule_seed(uint64_t seed);
 // access inside the allocation but outside the payload is out of bounds. Cleared by
 // clear_guarded(). Accesses outside every registered allocation are not checked.
 void register_guarded(const void* begin, const void* end, const void* payload, size_t bytes, const char* name);
+void unregister_guarded(const void* payload);
 void clear_guarded();
 
 namespace detail {
@@ -60,6 +70,8 @@ namespace detail {
 void block_begin(int threads, int smem, const char* kernel);
 void barrier_done();  // called once per completed __syncthreads, before the epoch advances
 void block_end();     // after every thread finished: copies never waited for are an error
+// flashattn::read_observer while a launch runs: a helper's read_element is a global access.
+void helper_read(const void* p, size_t bytes);
 // Ends the running block with an error (does not return).
 [[noreturn]] void fail(const std::string& message);
 int current_thread();

@@ -6,13 +6,13 @@
 // mma.sync m16n8k16 (implemented once, in mma_emu.hpp) and against the fp64 oracle; and, through
 // check.hpp, the hardware-class bugs: cp.async data used before its wait_group (the destination
 // holds NaN until then), shared-memory races between barriers, out-of-bounds and misaligned
-// wrapper accesses, uninitialised shared reads. Warps advance independently between barriers in a
+// wrapper and ld/st accesses, uninitialised shared reads. Warps advance independently between barriers in a
 // schedule drawn per block (set_schedule_seed): round robin, one warp after another in a random
 // order (each runs ahead to its next barrier), or a random thread at every switch; the blocks of
 // a launch run in a random order, so float atomics sum in a different order per schedule.
 // What it cannot check: the hardware's exact rounding inside the tensor cores (emulated with fp32
-// sums), plain (non-wrapper) shared loads (only the poison pattern makes them visible), and the
-// thread of a plain shared store.
+// sums, or truncated with FLASHATTN_EMU_NUMERICS=hardware), accesses outside every registered
+// buffer, and memory-model effects beyond barrier epochs.
 #pragma once
 
 #include <cuda_bf16.h>

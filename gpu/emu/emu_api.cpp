@@ -25,6 +25,27 @@ using namespace flashattn::gpu::detail;
 
 constexpr int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
+// fp32 scratch of a call (what the GPU backend allocates on the device), zeroed and registered with
+// the emulator's memcheck for its lifetime with kPad guard floats on each side: a kernel access
+// outside [data(), data() + n) is an error. data() is null when n is 0.
+class Scratch {
+ public:
+  Scratch(size_t n, const char* name) : n_(n), storage_(n + 2 * kPad, 0.0f) {
+    if (n_) emu::register_guarded(storage_.data(), storage_.data() + storage_.size(), data(), n_ * sizeof(float), name);
+  }
+  ~Scratch() {
+    if (n_) emu::unregister_guarded(data());
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* data() { return n_ ? storage_.data() + kPad : nullptr; }
+
+ private:
+  static constexpr size_t kPad = 16;
+  size_t n_;
+  std::vector<float> storage_;
+};
+
 emu::Dim3 grid(int64_t x, int64_t y, int64_t z) {
   return emu::Dim3{static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
 }
@@ -33,7 +54,7 @@ template <int D, int DV, class T>
 void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
   const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
   const int splits = split_count(call, e, shape.br, shape.bc);
-  std::vector<float> partials(partial_count(call, splits));
+  Scratch partials(partial_count(call, splits), "split-KV partials");
   set_partials(p, call, splits, partials.data());
   if (p.dropout_mask)
     emu::launch(dropout_mask_kernel, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
@@ -127,9 +148,9 @@ void backward(const BackwardArgs& a, bool deterministic) {
   if (!unsupported(a.q.dtype, a.q.dim, a.v.dim, true).empty()) return;
   BackwardParams p;
   fill(p, a, e.nseq);
-  std::vector<float> dot(dot_count(a)), dq_accum(deterministic ? 0 : dq_accum_count(a), 0.0f);
+  Scratch dot(dot_count(a), "D (dot scratch)"), dq_accum(deterministic ? 0 : dq_accum_count(a), "dq_accum");
   p.dot = dot.data();
-  p.dq_accum = deterministic ? nullptr : dq_accum.data();
+  p.dq_accum = dq_accum.data();
   dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto v, auto t) {
     run_backward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, e, deterministic);
   });

@@ -61,6 +61,24 @@ inline void cp_async_wait(const char* file = __builtin_FILE(), int line = __buil
   emu::cp_async_wait(N, emu::Site{file, line});
 }
 
+// Plain loads and stores (mma.cuh): checked as shared accesses when p is in the block's shared
+// memory, else as global accesses, both at their natural alignment.
+template <class T>
+inline T ld(const T* p, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  T v;
+  emu::plain_load(&v, p, sizeof(T), emu::Site{file, line});
+  return v;
+}
+template <class T>
+struct Stored {
+  using type = T;
+};
+template <class T>
+inline void st(T* p, const typename Stored<T>::type& v, const char* file = __builtin_FILE(),
+               int line = __builtin_LINE()) {
+  emu::plain_store(p, &v, sizeof(T), emu::Site{file, line});
+}
+
 inline uint16_t u16_at(const void* row, int i) {
   uint16_t v;
   std::memcpy(&v, static_cast<const unsigned char*>(row) + 2 * i, 2);

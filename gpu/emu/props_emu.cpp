@@ -10,41 +10,16 @@
 // GPU too): it runs under the one seed FLASHATTN_EMU_SEED, so that property holds for it by
 // construction; props_gpu_emu_schedules.cpp checks that its dQ does change with the schedule.
 //
-// Global memcheck: the inputs that cp.async reads (q, k, v, dout) are registered with the
-// emulator for the call; the harness surrounds every buffer with canary bytes (props/buffers.hpp),
-// so a copy that reaches up to kGuard bytes before or after a view's extent is out of bounds.
+// Global memcheck and layouts: props_calls.hpp.
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 
 #include "emu/check.hpp"
 #include "emu/emu_api.hpp"
-#include "flashattn/types.hpp"
+#include "emu/props_calls.hpp"
 #include "props/registry.hpp"
 
 namespace {
-
-constexpr size_t kGuard = 64;  // props::kGuardBytes: canary bytes on each side of every buffer
-
-// Registers t's extent (its first to its last element) with the guard zones around it.
-void guard(const flashattn::ConstTensor& t, const char* name) {
-  if (t.data == nullptr || t.batch <= 0 || t.seq <= 0 || t.heads <= 0 || t.dim <= 0) return;
-  const size_t bytes = static_cast<size_t>(t.offset(t.batch - 1, t.seq - 1, t.heads - 1) + t.dim) *
-                       flashattn::dtype_size(t.dtype);
-  const auto* p = static_cast<const unsigned char*>(t.data);
-  emu::register_guarded(p - kGuard, p + bytes + kGuard, p, bytes, name);
-}
-
-// Registers the cp.async sources of a call for its duration.
-struct Guards {
-  explicit Guards(const flashattn::ForwardArgs& a) { guard(a.q, "q"), guard(a.k, "k"), guard(a.v, "v"); }
-  explicit Guards(const flashattn::BackwardArgs& a) {
-    guard(a.q, "q"), guard(a.k, "k"), guard(a.v, "v"), guard(a.dout, "dout");
-  }
-  ~Guards() { emu::clear_guarded(); }
-  Guards(const Guards&) = delete;
-  Guards& operator=(const Guards&) = delete;
-};
 
 uint64_t env_or(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
@@ -68,14 +43,18 @@ void under_schedules(bool fixed, F&& f) {
 
 int main(int argc, char** argv) {
   auto unsupported = [](const props::Case& c) { return flashattn::gpu_emu::unsupported(c.dtype, c.dim, c.dim, true); };
+  // Each call runs on copies of its tensors in the GPU's aligned layout, with every buffer registered
+  // for the emulator's memcheck (props_calls.hpp).
   auto forward = [](const flashattn::ForwardArgs& a) {
-    const Guards g(a);
-    under_schedules(false, [&] { flashattn::gpu_emu::forward(a); });
+    flashattn::gpu_emu::in_gpu_layout(a, [](const flashattn::ForwardArgs& call) {
+      under_schedules(false, [&] { flashattn::gpu_emu::forward(call); });
+    });
   };
   auto backward = [](bool deterministic) {
     return [deterministic](const flashattn::BackwardArgs& a) {
-      const Guards g(a);
-      under_schedules(!deterministic, [&] { flashattn::gpu_emu::backward(a, deterministic); });
+      flashattn::gpu_emu::in_gpu_layout(a, [&](const flashattn::BackwardArgs& call) {
+        under_schedules(!deterministic, [&] { flashattn::gpu_emu::backward(call, deterministic); });
+      });
     };
   };
   props::add({"gpu-emulated", forward, backward(true), unsupported});

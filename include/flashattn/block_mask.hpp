@@ -70,10 +70,10 @@ struct BlockMask {
                                                     int64_t l, int64_t kb) {
     if (!count) return 0;
     const int32_t* e = index + l * max_blocks;
-    int32_t lo = 0, hi = count[l];
+    int32_t lo = 0, hi = read_element(count + l);
     while (lo < hi) {
       const int32_t mid = lo + (hi - lo) / 2;
-      if (e[mid] < kb) lo = mid + 1; else hi = mid;
+      if (read_element(e + mid) < kb) lo = mid + 1; else hi = mid;
     }
     return lo;
   }
@@ -97,7 +97,7 @@ struct BlockMask {
   FLASHATTN_HD constexpr bool bit(int64_t s, int64_t h, int64_t i, int64_t j) const {
     const int64_t row = (bits.batch == 1 ? 0 : s) * bits.stride_batch + (bits.seq == 1 ? 0 : i) * bits.stride_seq +
                         (bits.heads == 1 ? 0 : h) * bits.stride_head;
-    return (bits.data[row + j / 8] >> (j % 8)) & 1;
+    return (read_element(bits.data + row + j / 8) >> (j % 8)) & 1;
   }
 
   // Returns whether the block mask shows element (row i, key j) of sequence s, query head h (the

@@ -38,15 +38,15 @@ FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_s
   int64_t nq = q_seq, nk = k_seq;
   if (cu_seqlens_q) {
     r.batch = 0;
-    r.q_start = cu_seqlens_q[s];
-    r.k_start = cu_seqlens_k[s];
-    nq = cu_seqlens_q[s + 1] - r.q_start;
-    nk = cu_seqlens_k[s + 1] - r.k_start;
+    r.q_start = read_element(cu_seqlens_q + s);
+    r.k_start = read_element(cu_seqlens_k + s);
+    nq = read_element(cu_seqlens_q + s + 1) - r.q_start;
+    nk = read_element(cu_seqlens_k + s + 1) - r.k_start;
   } else {
     r.batch = s;
   }
   r.k_rows = nk;
-  if (seqlens_k) nk = seqlens_k[s];
+  if (seqlens_k) nk = read_element(seqlens_k + s);
   r.mask = Mask::make(nq, nk, causal, window_left, window_right, diagonal_offset);
   return r;
 }
