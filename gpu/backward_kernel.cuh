@@ -1,6 +1,7 @@
 // The fused backward kernel: one CTA per (key block, key/value head, sequence). K and V of the
 // block stay in shared memory; Q, dO, LSE and D = rowsum(dO∘O) of each query block stream through
-// a double-buffered cp.async pipeline. Per query block, recomputing P from LSE (never stored):
+// a double-buffered cp.async pipeline. Per query block, recomputing P from LSE (never stored in
+// global memory):
 //   Sᵀ = K·Qᵀ (plus the bias), dPᵀ = V·dOᵀ, Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·softcap',
 //   dV += (Pᵀ∘Z)·dO (times 1/(1 − p) at the end), dK += dSᵀ·Q, and (atomic mode) dQ_accum +=
 //   scale·dS·K with fp32 atomics; Z: the dropout keep decisions (all 1 without dropout).
@@ -42,8 +43,8 @@ __device__ inline TileRange query_blocks(const Mask& m, int64_t k0, int64_t k1) 
 
 // kExtras: the code of the bias, dropout, softcap and ALiBi is compiled in. The launcher picks the
 // variant without it for calls that use none of them (uses_score_options), which has fewer
-// registers and 64-row query blocks up to d = 128 (traits.cuh; with the options the d = 32 and
-// d = 64 kernels reach 255 registers and spill; docs/gpu.md). kBlockSparse: the
+// registers (the tile shapes are the same, traits.cuh; with the options the d = 32 and d = 64
+// kernels reach 255 registers and spill; docs/gpu.md). kBlockSparse: the
 // block-mask code is compiled in; it comes only with kExtras (backward_variant: three variants, not
 // four), so calls without a block mask run the code they ran before block masks.
 template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
@@ -55,8 +56,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   using VL = typename Tr::VL;
   using QL = typename Tr::QL;
   using OL = typename Tr::OL;
-  using SL = typename Tr::SL;
-  constexpr int kQTiles = Br / kMmaCols;            // 8-column blocks of Sᵀ (queries)
+  using PL = typename Tr::PL;
+  constexpr int kQTiles = Tr::kQPart / kMmaCols;     // 8-column blocks of this warp's Sᵀ (queries)
   constexpr int kColTiles = Tr::kCols / kMmaCols;    // 8-column blocks of this warp's dK
   constexpr int kVColTiles = Tr::kVCols / kMmaCols;  // 8-column blocks of this warp's dV
 
@@ -72,14 +73,16 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   T* sV = sK + KL::kElems;
   T* sQ = sV + VL::kElems;       // [2][Br][stride]
   T* sdO = sQ + 2 * QL::kElems;  // [2][Br][stride]
-  T* sdS = sdO + 2 * OL::kElems;  // [Br][Bc + pad], dS rounded to T
-  float* sLse = reinterpret_cast<float*>(sdS + SL::kElems);  // [2][Br]
+  T* sdSt = sdO + 2 * OL::kElems;  // dSᵀ [Bc][Br + pad], rounded to T
+  T* sPt = sdSt + PL::kElems;      // Pᵀ∘Z [Bc][Br + pad] (kShare only)
+  float* sLse = reinterpret_cast<float*>(sPt + (Tr::kShare ? PL::kElems : 0));  // [2][Br]
   float* sDot = sLse + 2 * Br;                               // [2][Br]
 
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int slab = warp / Tr::kSplit, part = warp % Tr::kSplit;
   const int col0 = part * Tr::kCols, vcol0 = part * Tr::kVCols;  // this warp's first dK / dV column
+  const int q0 = Tr::kShare ? part * Tr::kQPart : 0;  // this warp's first query column of Sᵀ and dPᵀ
 
   // With a block mask, only the (query head, query block) steps classify_tile does not call empty
   // are visited, and only the key rows some visited step's lists name are loaded.
@@ -160,10 +163,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     const float* tLse = sLse + buf * Br;
     const float* tDot = sDot + buf * Br;
 
-    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this slab's 16 keys x Br queries)
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this slab's 16 keys x this warp's kQPart queries from q0)
     float acc_s[kQTiles][4] = {}, acc_dp[kQTiles][4] = {};
-    mma_abt<D, Br>(acc_s, sK + slab * kMmaRows * KL::kStride, KL::kStride, tQ, QL::kStride, lane);
-    mma_abt<DV, Br>(acc_dp, sV + slab * kMmaRows * VL::kStride, VL::kStride, tdO, OL::kStride, lane);
+    mma_abt<D, Tr::kQPart>(acc_s, sK + slab * kMmaRows * KL::kStride, KL::kStride, tQ + q0 * QL::kStride, QL::kStride,
+                           lane);
+    mma_abt<DV, Tr::kQPart>(acc_dp, sV + slab * kMmaRows * VL::kStride, VL::kStride, tdO + q0 * OL::kStride,
+                            OL::kStride, lane);
 
     // Pᵀ = exp(mask(bias + transform(scale·Sᵀ)) − LSE);  dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·(1 − tanh²)
     // for soft-capping; Pᵀ∘Z stays for dV.
@@ -185,18 +190,18 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     if constexpr (kBlockSparse) {
       if (block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full)
         block_hidden = block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
-          i = i0 + nb * kMmaCols + 2 * t + e % 2;
+          i = i0 + q0 + nb * kMmaCols + 2 * t + e % 2;
           j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
         });
     }
     const bool dropout = kExtras && p.dropout_p > 0;
-    const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0, lane)
+    const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0 + q0, lane)
                                   : ~0u;
 #pragma unroll
     for (int nb = 0; nb < kQTiles; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int il = nb * kMmaCols + 2 * t + e % 2;  // query row within the block
+        const int il = q0 + nb * kMmaCols + 2 * t + e % 2;  // query row within the block
         const int64_t i = i0 + il, j = key[e / 2];
         float th = 0;
         const float lse = ld(tLse + il);
@@ -216,12 +221,35 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
         acc_dp[nb][e] = ds;
       }
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q (this warp's columns; dK is scaled at the end)
+    // Pᵀ∘Z and dSᵀ of this warp's queries, rounded to T, to shared memory as [key][query]: with
+    // kShare the slab's other warps read them for their dV/dK columns; dSᵀ also feeds the dQ step
+    // (without kShare one warp of each slab holds all of it). (Storing after dV/dK instead, where
+    // kShare does not need it before, spilled more at d = 32/64: tried.)
+    auto store_t = [&](T* dst, const float (&acc)[kQTiles][4]) {
 #pragma unroll
-    for (int ks = 0; ks < kQTiles / 2; ++ks) {
+      for (int nb = 0; nb < kQTiles; ++nb)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          st(reinterpret_cast<uint32_t*>(dst + (slab * kMmaRows + g + 8 * r) * PL::kStride + q0 + nb * kMmaCols + 2 * t),
+             Elem<T>::pack(acc[nb][2 * r], acc[nb][2 * r + 1]));
+    };
+    if (Tr::kShare) store_t(sPt, acc_s);
+    if (Tr::kShare || (atomic_dq && part == 0)) store_t(sdSt, acc_dp);
+    if (Tr::kShare || atomic_dq) __syncthreads();  // the slab's Pᵀ and dSᵀ are whole
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q (this warp's columns; dK is scaled at the end); the A fragments
+    // of 16 queries come from shared memory (kShare) or this warp's registers.
+#pragma unroll
+    for (int ks = 0; ks < Br / kMmaRows; ++ks) {
       uint32_t ap[4], ads[4];
-      pack_a<T>(ap, acc_s[2 * ks], acc_s[2 * ks + 1]);
-      pack_a<T>(ads, acc_dp[2 * ks], acc_dp[2 * ks + 1]);
+      if constexpr (Tr::kShare) {
+        const int arow = (slab * kMmaRows + lane % 16) * PL::kStride + ks * kMmaRows + 8 * (lane / 16);
+        ldmatrix_x4(ap, sPt + arow);
+        ldmatrix_x4(ads, sdSt + arow);
+      } else {
+        pack_a<T>(ap, acc_s[2 * ks], acc_s[2 * ks + 1]);
+        pack_a<T>(ads, acc_dp[2 * ks], acc_dp[2 * ks + 1]);
+      }
       const int krow = ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2);  // the ldmatrix row of this lane
 #pragma unroll
       for (int nd = 0; nd < kVColTiles; nd += 2) {
@@ -240,22 +268,14 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     }
 
     if (atomic_dq) {
-      // dS (rounded to T, as it enters the tensor cores) to shared memory as [query][key].
-      if (part == 0) {
-#pragma unroll
-        for (int nb = 0; nb < kQTiles; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            st(sdS + (nb * kMmaCols + 2 * t + e % 2) * SL::kStride + slab * kMmaRows + g + 8 * (e / 2),
-               Elem<T>::from_float(acc_dp[nb][e]));
-      }
-      __syncthreads();
-      // dQ_accum += scale · dS·K (this warp's 16 query rows and kQCols columns)
+      // dQ_accum += scale · dS·K (this warp's 16 query rows and kQCols columns); the A fragments of
+      // dS come transposed from dSᵀ: lane l names key 16·ks + l % 8 + 8·(l / 16), query 8·((l / 8) % 2).
       const int qslab = warp / Tr::kQSplit, qcol0 = (warp % Tr::kQSplit) * Tr::kQCols;
       uint32_t ads[Bc / kMmaRows][4];
 #pragma unroll
       for (int ks = 0; ks < Bc / kMmaRows; ++ks)
-        ldmatrix_x4(ads[ks], sdS + (qslab * kMmaRows + lane % 16) * SL::kStride + ks * kMmaRows + 8 * (lane / 16));
+        ldmatrix_x4_trans(ads[ks], sdSt + (ks * kMmaRows + lane % 8 + 8 * (lane / 16)) * PL::kStride +
+                                       qslab * kMmaRows + 8 * ((lane / 8) % 2));
       const int64_t rows[2] = {i0 + qslab * kMmaRows + g, i0 + qslab * kMmaRows + g + 8};
 #pragma unroll
       for (int nd = 0; nd < Tr::kQCols / kMmaCols; nd += 2) {
@@ -278,7 +298,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
         }
       }
     }
-    __syncthreads();  // the next iteration's copy overwrites this buffer (and sdS)
+    __syncthreads();  // the next iteration's copy overwrites this buffer (and sPt, sdSt)
   }
   cp_async_wait<0>();
 

@@ -47,19 +47,29 @@ constexpr ForwardShape forward_shape(bool extras) {
 
 // Backward dK/dV kernel: a block owns kBc keys of one key/value head and walks every query block
 // (of kBr rows) of every query head of its group. Warps form kBc/16 slabs of 16 keys; the kSplit
-// warps of a slab each accumulate D/kSplit columns of dK and dV (recomputing the slab's Sᵀ and dPᵀ),
-// which bounds the two accumulators to D/kSplit registers per thread.
+// warps of a slab each accumulate D/kSplit columns of dK and dV, which bounds the two accumulators
+// to D/kSplit registers per thread.
+//
+// kShare (kSplit > 1 with whole 16-query steps per warp: d = 96, 128): the kSplit warps of a slab
+// also split the slab's Sᵀ and dPᵀ by query columns (kQPart each) and exchange Pᵀ∘Z and dSᵀ through
+// shared memory ([key][query], rounded to T as they enter the tensor cores), instead of each warp
+// recomputing the slab's whole Sᵀ and dPᵀ. Otherwise one warp holds all kBr query columns (kSplit 1:
+// Pᵀ and dSᵀ stay in registers; d = 256: every split warp recomputes them) and only dSᵀ goes to
+// shared memory, for the dQ step.
 //
 // Query blocks of 64 rows up to d = 128 (32 above): the Q and dO fragments a warp reads for Sᵀ and
 // dPᵀ then serve twice the HMMAs per key fragment, and the dQ step gives each warp 16 rows and all
-// d columns (docs/gpu.md, "Performance model"). The variant with the options' code (kExtras) keeps
-// 32-row blocks above d = 64, where 64 spill.
+// d columns (docs/gpu.md, "Performance model"). Every variant has the same shapes (kExtras, the
+// options' code, changes registers only: with kShare's halved Sᵀ/dPᵀ the d = 96/128 options
+// variants fit 64-row blocks without spilling, which they did not when each warp held all of them).
 template <int D, int DV = D, bool kExtras = false>
 struct BackwardTraits {
   static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : D <= 128 && DV <= 128 ? 2 : 4;
   static constexpr int kBc = kWarps / kSplit * kMmaRows;
-  static constexpr int kBr = (kExtras ? D <= 64 && DV <= 64 : D <= 128 && DV <= 128) ? 64 : 32;
+  static constexpr int kBr = D <= 128 && DV <= 128 ? 64 : 32;
+  static constexpr bool kShare = kSplit > 1 && (kBr / kSplit) % kMmaRows == 0;
+  static constexpr int kQPart = kShare ? kBr / kSplit : kBr;  // query columns of Sᵀ a warp computes
   static constexpr int kCols = D / kSplit;    // dK columns per warp
   static constexpr int kVCols = DV / kSplit;  // dV columns per warp
   static_assert(kCols % 16 == 0 && kVCols % 16 == 0, "each warp's dK/dV columns must be whole ldmatrix pairs");
@@ -72,8 +82,9 @@ struct BackwardTraits {
   using VL = TileLayout<kBc, DV>;
   using QL = TileLayout<kBr, D>;
   using OL = TileLayout<kBr, DV>;   // dO
-  using SL = TileLayout<kBr, kBc>;  // dS, [query][key]
-  static constexpr int kSmemBytes = KL::kBytes + VL::kBytes + 2 * QL::kBytes + 2 * OL::kBytes + 4 * kBr * 4 + SL::kBytes;
+  using PL = TileLayout<kBc, kBr>;  // Pᵀ∘Z (kShare only) and dSᵀ, [key][query]
+  static constexpr int kSmemBytes =
+      KL::kBytes + VL::kBytes + 2 * QL::kBytes + 2 * OL::kBytes + 4 * kBr * 4 + (kShare ? 2 : 1) * PL::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "backward tiles exceed shared memory");
 };
 
