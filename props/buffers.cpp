@@ -20,12 +20,6 @@ using flashattn::Tensor;
 // Odd counts so padded rows also break every natural alignment.
 constexpr int64_t kPadHead = 3, kPadSeq = 5, kPadBatch = 7;
 
-// Returns the number of elements the view spans (0 if it has none).
-int64_t span_elements(const Tensor& t) {
-  if (t.batch == 0 || t.seq == 0 || t.heads == 0 || t.dim == 0) return 0;
-  return (t.batch - 1) * t.stride_batch + (t.seq - 1) * t.stride_seq + (t.heads - 1) * t.stride_head + t.dim;
-}
-
 template <class F>
 void for_each_element(const flashattn::ConstTensor& t, F f) {
   int64_t dense = 0;
@@ -34,10 +28,6 @@ void for_each_element(const flashattn::ConstTensor& t, F f) {
       for (int64_t h = 0; h < t.heads; ++h)
         for (int64_t x = 0; x < t.dim; ++x) f(t.offset(b, s, h) + x, dense++);
 }
-
-}  // namespace
-
-namespace {
 
 // The live Buffers by their storage (which a move keeps).
 struct Registry {
@@ -195,7 +185,7 @@ GuardedTensor make_tensor(const std::string& name, DType dtype, int64_t batch, i
     }
   }
   const size_t esize = flashattn::dtype_size(dtype);
-  GuardedTensor t{Buffer(name, static_cast<size_t>(span_elements(v)) * esize, offset ? esize : 0), v};
+  GuardedTensor t{Buffer(name, static_cast<size_t>(span_elems(v)) * esize, offset ? esize : 0), v};
   t.view.data = t.buffer.data();
   for_each_element(t.view, [&](int64_t off, int64_t) { t.buffer.cover(static_cast<size_t>(off) * esize, esize); });
   return t;

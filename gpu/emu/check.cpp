@@ -114,16 +114,26 @@ std::string prefix(size_t offset) {
                " in the same barrier epoch (no __syncthreads between them)");
 }
 
+// Returns the head of the report of one access: "emu: <kernel> block (x, y, z): <what> by thread
+// <tid> at <file:line>: ".
+std::string access_head(const char* what, Site site) {
+  const Dim3& b = block_idx;
+  return std::string("emu: ") + state().kernel + " block (" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " +
+         std::to_string(b.z) + "): " + what + " by thread " + std::to_string(detail::current_thread()) + " at " +
+         where(intern(site)) + ": ";
+}
+
+// Fails unless p is aligned to `align` bytes (global addresses; shared ones: offset_of).
+void require_aligned(const void* p, int align, const char* what, Site site) {
+  if (reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(align) != 0)
+    detail::fail(access_head(what, site) + "address not " + std::to_string(align) + "-byte aligned");
+}
+
 size_t offset_of(const void* p, int bytes, int align, const char* what, Site site) {
   const State& st = state();
   const auto* base = flashattn::gpu::detail::smem_raw;
   const auto* q = static_cast<const unsigned char*>(p);
-  auto head = [&] {
-    const Dim3& b = block_idx;
-    return std::string("emu: ") + st.kernel + " block (" + std::to_string(b.x) + ", " + std::to_string(b.y) + ", " +
-           std::to_string(b.z) + "): " + what + " by thread " + std::to_string(detail::current_thread()) + " at " +
-           where(intern(site)) + ": ";
-  };
+  auto head = [&] { return access_head(what, site); };
   if (q < base || q + bytes > base + kMaxSmem) detail::fail(head() + "address is not in shared memory");
   const size_t off = static_cast<size_t>(q - base);
   if (off + bytes > static_cast<size_t>(st.smem))
@@ -221,13 +231,10 @@ void smem_read(const void* p, int bytes, int align, const char* what, Site site)
 void cp_async(void* dst, const void* src, bool valid, Site site, int bytes) {
   State& st = state();
   const size_t off = offset_of(dst, bytes, bytes, "cp.async destination", site);
-  if (valid && reinterpret_cast<uintptr_t>(src) % static_cast<uintptr_t>(bytes) != 0) {
-    const Dim3& b = block_idx;
-    detail::fail(std::string("emu: ") + st.kernel + " block (" + std::to_string(b.x) + ", " + std::to_string(b.y) +
-                 ", " + std::to_string(b.z) + "): cp.async by thread " + std::to_string(detail::current_thread()) +
-                 " at " + where(intern(site)) + ": global source not " + std::to_string(bytes) + "-byte aligned");
+  if (valid) {
+    require_aligned(src, bytes, "cp.async source", site);
+    global_access(src, bytes, "cp.async source", site);
   }
-  if (valid) global_access(src, bytes, "cp.async source", site);
   Thread& t = me();
   const auto tid = static_cast<int16_t>(detail::current_thread());
   const uint16_t s = intern(site);
@@ -284,10 +291,7 @@ void global_access(const void* p, size_t bytes, const char* what, Site site) {
   for (const Guarded& g : state().guarded) {
     if (q + bytes <= g.begin || q >= g.end) continue;
     if (q >= g.payload && q + bytes <= g.payload + g.bytes) return;
-    const Dim3& b = block_idx;
-    detail::fail(std::string("emu: ") + state().kernel + " block (" + std::to_string(b.x) + ", " + std::to_string(b.y) +
-                 ", " + std::to_string(b.z) + "): " + what + " by thread " + std::to_string(detail::current_thread()) +
-                 " at " + where(intern(site)) + ": global bytes [" + std::to_string(q - g.payload) + ", " +
+    detail::fail(access_head(what, site) + "global bytes [" + std::to_string(q - g.payload) + ", " +
                  std::to_string(q - g.payload + static_cast<std::ptrdiff_t>(bytes)) + ") of " + g.name + " (" +
                  std::to_string(g.bytes) + " bytes) are out of bounds");
   }
@@ -297,15 +301,9 @@ namespace {
 // Returns whether [p, p + bytes) is in the block's shared memory (smem_raw); fails when it is
 // not aligned to `bytes`.
 bool shared_plain(const void* p, int bytes, const char* what, Site site) {
+  require_aligned(p, bytes, what, site);
   const auto* q = static_cast<const unsigned char*>(p);
   const auto* base = flashattn::gpu::detail::smem_raw;
-  if (reinterpret_cast<uintptr_t>(q) % static_cast<uintptr_t>(bytes) != 0) {
-    const Dim3& b = block_idx;
-    detail::fail(std::string("emu: ") + state().kernel + " block (" + std::to_string(b.x) + ", " +
-                 std::to_string(b.y) + ", " + std::to_string(b.z) + "): " + what + " of " + std::to_string(bytes) +
-                 " bytes by thread " + std::to_string(detail::current_thread()) + " at " + where(intern(site)) +
-                 ": address not " + std::to_string(bytes) + "-byte aligned");
-  }
   return q >= base && q < base + kMaxSmem;
 }
 }  // namespace
