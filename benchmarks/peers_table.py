@@ -12,6 +12,7 @@ Usage: peers_table.py FILE.json ... [--markdown OUT.md] [--plot PREFIX]   (PREFI
 """
 import argparse
 import json
+import os
 import subprocess
 
 IMPLS = ["cpu", "standard", "torch-flash", "torch-math"]
@@ -114,9 +115,12 @@ def plot(prefix, machine, best):
     fp32, bf16 = machine.get("peak_gflops", 0), machine.get("bf16_peak_gflops", 0)
     top = 1.1 * max([fp32, bf16] + [r["gflops"] for c in cases for r in best[c].values()])
     gp = prefix + ".gp"
+    # The script names its files relative to its own folder (gnuplot runs there), so it holds no
+    # path of the machine that wrote it.
+    here = os.path.dirname(gp) or "."
     with open(gp, "w") as g:
         g.write(f"""set terminal pngcairo size 1400,1000 font ',10' noenhanced
-set output '{prefix}.png'
+set output '{os.path.basename(prefix)}.png'
 set multiplot layout 2,1 title '{machine.get("cpu_model")}, {machine.get("threads")} threads: fp32 FMA peak {fp32:.0f} (dashed), bf16 dot peak {bf16:.0f} GFLOP/s (dotted); -c = causal'
 set style data histograms
 set style histogram clustered gap 1
@@ -134,10 +138,10 @@ set yrange [0:{top:.0f}]
             if bf16:
                 g.write(f"set arrow 2 from graph 0, first {bf16} to graph 1, first {bf16} nohead dt 3 front\n")
             cols = ", ".join(f"'' index {i} using {k + 2}:xtic(1) title '{name}'" if k else
-                             f"'{dat}' index {i} using {k + 2}:xtic(1) title '{name}'" for k, name in enumerate(IMPLS))
+                             f"'{os.path.relpath(dat, here)}' index {i} using {k + 2}:xtic(1) title '{name}'" for k, name in enumerate(IMPLS))
             g.write(f"plot {cols}\n")
         g.write("unset multiplot\n")
-    subprocess.run(["gnuplot", gp], check=True)
+    subprocess.run(["gnuplot", os.path.basename(gp)], cwd=here, check=True)
     print(f"plot: wrote {prefix}.png")
 
 

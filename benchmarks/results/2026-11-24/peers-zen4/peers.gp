@@ -1,5 +1,5 @@
 set terminal pngcairo size 1400,1000 font ',10' noenhanced
-set output '/work/main/benchmarks/results/2026-11-24/peers-zen4/peers.png'
+set output 'peers.png'
 set multiplot layout 2,1 title 'AMD EPYC (family 25 model 17), 2 threads: fp32 FMA peak 233 (dashed), bf16 dot peak 469 GFLOP/s (dotted); -c = causal'
 set style data histograms
 set style histogram clustered gap 1
@@ -13,9 +13,9 @@ set yrange [0:515]
 set title 'forward'
 set arrow 1 from graph 0, first 232.99120546722875 to graph 1, first 232.99120546722875 nohead dt 2 front
 set arrow 2 from graph 0, first 468.5027406613553 to graph 1, first 468.5027406613553 nohead dt 3 front
-plot '/work/main/benchmarks/results/2026-11-24/peers-zen4/peers.dat' index 0 using 2:xtic(1) title 'cpu', '' index 0 using 3:xtic(1) title 'standard', '' index 0 using 4:xtic(1) title 'torch-flash', '' index 0 using 5:xtic(1) title 'torch-math'
+plot 'peers.dat' index 0 using 2:xtic(1) title 'cpu', '' index 0 using 3:xtic(1) title 'standard', '' index 0 using 4:xtic(1) title 'torch-flash', '' index 0 using 5:xtic(1) title 'torch-math'
 set title 'backward'
 set arrow 1 from graph 0, first 232.99120546722875 to graph 1, first 232.99120546722875 nohead dt 2 front
 set arrow 2 from graph 0, first 468.5027406613553 to graph 1, first 468.5027406613553 nohead dt 3 front
-plot '/work/main/benchmarks/results/2026-11-24/peers-zen4/peers.dat' index 1 using 2:xtic(1) title 'cpu', '' index 1 using 3:xtic(1) title 'standard', '' index 1 using 4:xtic(1) title 'torch-flash', '' index 1 using 5:xtic(1) title 'torch-math'
+plot 'peers.dat' index 1 using 2:xtic(1) title 'cpu', '' index 1 using 3:xtic(1) title 'standard', '' index 1 using 4:xtic(1) title 'torch-flash', '' index 1 using 5:xtic(1) title 'torch-math'
 unset multiplot
