@@ -70,7 +70,10 @@ def main():
                 continue
             flops_f = 4 * B * H * n * n * d / (2 if causal else 1)
             print(f"\n## d={d} causal={causal} B={B} H={H} N={n} bf16 ({torch.cuda.get_device_name()})")
-            passes = {"flashattn fwd": (ours.forward, flops_f), "flashattn bwd": (lambda: ours.backward(dout), 2.5 * flops_f)}
+            ours_det = Flashattn(lib, q, k, v, bool(causal), deterministic=True)
+            ours_det.forward()
+            passes = {"flashattn fwd": (ours.forward, flops_f), "flashattn bwd": (lambda: ours.backward(dout), 2.5 * flops_f),
+                      "flashattn bwd deterministic": (lambda: ours_det.backward(dout), 2.5 * flops_f)}
             flash = run_sdpa(sdpa_backends().get("torch-flash"), q, k, v, bool(causal))
             if flash is not None:
                 passes["torch-flash fwd"] = (flash[0], flops_f)
@@ -83,7 +86,7 @@ def main():
                 for name, (us, launches) in sorted(t.items(), key=lambda kv: -kv[1][0]):
                     print(f"| {label} | `{short(name)}` | {us:.1f} | {launches:g} | {us / total:.0%} | "
                           f"{flops / (total * 1e-6) / 1e12:.1f} |")
-            del ours, q, k, v, dout, flash
+            del ours, ours_det, q, k, v, dout, flash
             torch.cuda.empty_cache()
     return 0
 

@@ -289,12 +289,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
           mma<T>(acc[1], ads[ks], b[2], b[3]);
         }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+        for (int e = 0; e < 8; e += 2) {  // the C fragment's pairs of adjacent columns
           const int64_t i = rows[(e % 4) / 2];
           if (i >= m.seqlen_q) continue;
-          const int col = qcol0 + (nd + e / 4) * kMmaCols + 2 * t + e % 2;
+          const int col = qcol0 + (nd + e / 4) * kMmaCols + 2 * t;
           float* dst = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + hq) * D + col;
-          atomicAdd(dst, p.scale * acc[e / 4][e % 4]);
+          atomic_add_pair(dst, p.scale * acc[e / 4][e % 4], p.scale * acc[e / 4][e % 4 + 1]);
         }
       }
     }

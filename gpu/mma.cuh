@@ -85,6 +85,20 @@ __device__ __forceinline__ void st(T* p, const typename Stored<T>::type& v) {
   *p = v;
 }
 
+// Adds a to p[0] and b to p[1] (fp32, global memory, p 8-byte aligned), each element atomically
+// (not the pair as a whole). On sm_90 one vector reduction (red.global.add.v2.f32): the four lanes
+// of a quad then fill one 32-byte sector per request, where two scalar atomics each used half of
+// it; the H200 run found the atomic-dQ backward bound by L2 throughput on exactly those requests
+// (docs/gpu.md). Two scalar atomics before sm_90.
+__device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 // Loads four 8x8 16-bit matrices; lane l supplies the row address of matrix l / 8, row l % 8.
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

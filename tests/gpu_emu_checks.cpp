@@ -55,20 +55,27 @@ void exchange(const Params p) {
   cp_async_wait<0>();
 }
 
-// Returns the error of one launch of `exchange` with `bug` under schedule seed `seed` ("" if none).
-std::string run(Bug bug, uint64_t seed, bool register_source = false) {
-  std::vector<unsigned char> src(kSmem + 64 + 16, 7);
-  const unsigned char* payload = src.data() + 32;
-  if (register_source) emu::register_guarded(src.data(), src.data() + src.size(), payload, kSmem, "src");
+// Runs one block of `kernel` (kThreads threads, `smem` bytes) under schedule seed `seed` and returns
+// its error ("" if none); clears the registered buffers after.
+template <class Params>
+std::string launch_error(void (*kernel)(Params), int smem, const Params& params, uint64_t seed) {
   emu::set_schedule_seed(seed);
   std::string error;
   try {
-    emu::launch(exchange, emu::Dim3{1, 1, 1}, kThreads, kSmem, Params{payload, bug});
+    emu::launch(kernel, emu::Dim3{1, 1, 1}, kThreads, smem, params);
   } catch (const std::logic_error& e) {
     error = e.what();
   }
   emu::clear_guarded();
   return error;
+}
+
+// Returns the error of one launch of `exchange` with `bug` under schedule seed `seed` ("" if none).
+std::string run(Bug bug, uint64_t seed, bool register_source = false) {
+  std::vector<unsigned char> src(kSmem + 64 + 16, 7);
+  const unsigned char* payload = src.data() + 32;
+  if (register_source) emu::register_guarded(src.data(), src.data() + src.size(), payload, kSmem, "src");
+  return launch_error(exchange, kSmem, Params{payload, bug}, seed);
 }
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
@@ -139,14 +146,7 @@ std::string run_plain(PlainBug bug, uint64_t seed, std::vector<uint32_t>& dst) {
   std::vector<uint32_t> out(kThreads + 2 * kPad, 0);
   emu::register_guarded(src.data(), src.data() + src.size(), src.data() + kPad, kThreads * 4, "src");
   emu::register_guarded(out.data(), out.data() + out.size(), out.data() + kPad, kThreads * 4, "dst");
-  emu::set_schedule_seed(seed);
-  std::string error;
-  try {
-    emu::launch(plain_exchange, emu::Dim3{1, 1, 1}, kThreads, kSmem, PlainParams{src.data() + kPad, out.data() + kPad, bug});
-  } catch (const std::logic_error& e) {
-    error = e.what();
-  }
-  emu::clear_guarded();
+  const std::string error = launch_error(plain_exchange, kSmem, PlainParams{src.data() + kPad, out.data() + kPad, bug}, seed);
   dst.assign(out.begin() + kPad, out.end() - kPad);
   return error;
 }
@@ -170,6 +170,42 @@ TEST_CASE("emu checks: plain loads and stores (ld, st) are checked like the wrap
     CHECK(contains(run_plain(PlainBug::uninitialised, seed, dst), "nothing wrote in this block (uninitialised)"));
     CHECK(contains(run_plain(PlainBug::store_past_smem, seed, dst), "outside the dynamic shared size"));
     CHECK(contains(run_plain(PlainBug::helper_read_past_end, seed, dst), "by a flashattn/ helper"));
+  }
+}
+
+// atomic_add_pair (the atomic-dQ backward's vector reduction): thread t adds (1, 2) to the pair of
+// floats at acc + offset + 2·(t % 8); offset 0 is correct, 1 misaligns every pair, 2 moves the last
+// pair past the 16-float buffer.
+struct PairParams {
+  float* acc;
+  int offset;
+};
+
+void pair_adds(const PairParams p) {
+  flashattn::gpu::detail::atomic_add_pair(p.acc + p.offset + 2 * (threadIdx.x % 8), 1.0f, 2.0f);
+}
+
+std::string run_pairs(int offset, uint64_t seed, std::vector<float>& acc) {
+  constexpr int kPad = 4, kFloats = 16;
+  std::vector<float> buf(kFloats + 2 * kPad, 0.0f);
+  emu::register_guarded(buf.data(), buf.data() + buf.size(), buf.data() + kPad, kFloats * 4, "acc");
+  const std::string error = launch_error(pair_adds, 0, PairParams{buf.data() + kPad, offset}, seed);
+  acc.assign(buf.begin() + kPad, buf.end() - kPad);
+  return error;
+}
+
+TEST_CASE("emu checks: atomic_add_pair adds both elements, 8-byte aligned, inside the buffer") {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    CAPTURE(seed);
+    std::vector<float> acc;
+    CHECK(run_pairs(0, seed, acc) == "");
+    for (int j = 0; j < 8; ++j) {
+      CHECK(acc[2 * j] == kThreads / 8 * 1.0f);
+      CHECK(acc[2 * j + 1] == kThreads / 8 * 2.0f);
+    }
+    CHECK(contains(run_pairs(1, seed, acc), "a vector atomic add (v2) by thread"));
+    CHECK(contains(run_pairs(1, seed, acc), "address not 8-byte aligned"));
+    CHECK(contains(run_pairs(2, seed, acc), "global bytes [64, 72) of acc (64 bytes) are out of bounds"));
   }
 }
 

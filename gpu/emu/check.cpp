@@ -308,6 +308,13 @@ bool shared_plain(const void* p, int bytes, const char* what, Site site) {
 }
 }  // namespace
 
+void atomic_add_f32(float* p, const float* v, int count, Site site) {
+  const char* what = count == 1 ? "an atomic add" : "a vector atomic add (v2)";
+  require_aligned(p, 4 * count, what, site);
+  global_access(p, sizeof(float) * static_cast<size_t>(count), what, site);
+  for (int i = 0; i < count; ++i) p[i] += v[i];
+}
+
 void plain_load(void* dst, const void* src, int bytes, Site site) {
   if (shared_plain(src, bytes, "a load (ld)", site))
     smem_read(src, bytes, bytes, "ld", site);

@@ -115,11 +115,3 @@ inline uint32_t __shfl_sync(unsigned /*mask*/, uint32_t x, int src_lane) {
   return r;
 }
 
-// Single OS thread: a plain add is atomic. The order of the adds of different blocks changes with
-// the schedule (launch_blocks runs the blocks in a drawn order).
-inline float atomicAdd(float* p, float v, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  emu::global_access(p, sizeof(float), "atomicAdd", emu::Site{file, line});
-  const float old = *p;
-  *p = old + v;
-  return old;
-}
