@@ -62,3 +62,15 @@ if(TARGET flashattn::gpu AND TARGET flashattn_gpu_traits)
                    --library $<TARGET_FILE:flashattn_gpu> --traits $<TARGET_FILE:flashattn_gpu_traits>)
   set_tests_properties(flashattn_gpu_budgets PROPERTIES LABELS "gpu;static" TIMEOUT 600)
 endif()
+
+# The performance model (scripts/gpu-model): docs/gpu.md holds the tables it generates from
+# gpu/budgets.tsv, and it joins a measured benchmark table (the H200 run) without error.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME flashattn_gpu_model
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gpu-model --check-doc ${PROJECT_SOURCE_DIR}/docs/gpu.md)
+  add_test(NAME flashattn_gpu_model_join
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gpu-model
+                   --join ${PROJECT_SOURCE_DIR}/benchmarks/results/2026-11-26/h200-paired-dq-atomics/bench.md)
+  set_tests_properties(flashattn_gpu_model flashattn_gpu_model_join PROPERTIES LABELS "gpu;static")
+endif()
