@@ -17,16 +17,16 @@ namespace flashattn::gpu::detail {
 // Returns ceil(n / d) for n >= 0.
 constexpr int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
-// Launches kernel over grid (blocks, heads, sequences) with `smem` bytes of dynamic shared memory,
-// raising the kernel's shared-memory limit first (needed above 48 KB).
+// Launches kernel over grid (blocks, heads, sequences) with `threads` threads per block and `smem`
+// bytes of dynamic shared memory, raising the kernel's shared-memory limit first (needed above 48 KB).
 template <class Kernel, class... Args>
-void launch(Kernel kernel, int64_t blocks, int heads, int sequences, int smem, cudaStream_t stream,
+void launch(Kernel kernel, int64_t blocks, int heads, int sequences, int threads, int smem, cudaStream_t stream,
             const Args&... args) {
   if (blocks == 0 || heads == 0 || sequences == 0) return;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads), static_cast<unsigned>(sequences));
-  kernel<<<grid, kThreadsPerBlock, smem, stream>>>(args...);
+  kernel<<<grid, threads, smem, stream>>>(args...);
   check_cuda(cudaGetLastError(), "kernel launch");
 }
 
@@ -34,13 +34,13 @@ template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
   const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
   launch(forward_variant<D, DV, T>(p), ceil_div(max_seqlen_q, shape.br) * p.num_splits, p.heads_q, p.num_sequences,
-         shape.smem, stream, p);
+         kThreadsPerBlock, shape.smem, stream, p);
 }
 
 template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream) {
   using Tr = BackwardTraits<D, DV>;
-  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences,
+  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kThreads,
          backward_smem<D, DV>(backward_extras(p)), stream, p, p.dq_accum != nullptr);
 }
 
@@ -48,7 +48,7 @@ template <int D, int DV, class T>
 void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
   using Tr = DqTraits<D, DV>;
   launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>, ceil_div(max_seqlen_q, Tr::kBr),
-         p.heads_q, p.num_sequences, Tr::kSmemBytes, stream, p);
+         p.heads_q, p.num_sequences, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
 }  // namespace flashattn::gpu::detail

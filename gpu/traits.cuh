@@ -64,9 +64,13 @@ constexpr ForwardShape forward_shape(bool extras) {
 // variants fit 64-row blocks without spilling, which they did not when each warp held all of them).
 template <int D, int DV = D, bool kExtras = false>
 struct BackwardTraits {
-  static constexpr int kThreads = kThreadsPerBlock;
   static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : D <= 128 && DV <= 128 ? 2 : 4;
-  static constexpr int kBc = kWarps / kSplit * kMmaRows;
+  // Warps per block: 8 where two warps share a 16-key slab (64 < d ≤ 128), so a block holds 64 keys
+  // and adds each dQ element once per 64 keys (one block of 4 warps held 32 keys: the H200 found
+  // those reductions the backward's limit, docs/gpu.md); 4 elsewhere.
+  static constexpr int kBlockWarps = kSplit == 2 ? 2 * kWarps : kWarps;
+  static constexpr int kThreads = kBlockWarps * kWarpSize;
+  static constexpr int kBc = kBlockWarps / kSplit * kMmaRows;
   static constexpr int kBr = D <= 128 && DV <= 128 ? 64 : 32;
   static constexpr bool kShare = kSplit > 1 && (kBr / kSplit) % kMmaRows == 0;
   static constexpr int kQPart = kShare ? kBr / kSplit : kBr;  // query columns of Sᵀ a warp computes
@@ -75,9 +79,9 @@ struct BackwardTraits {
   static_assert(kCols % 16 == 0 && kVCols % 16 == 0, "each warp's dK/dV columns must be whole ldmatrix pairs");
   // The dQ step: warps form kBr/16 slabs of 16 query rows, kQSplit warps per slab split the columns.
   static constexpr int kQSlabs = kBr / kMmaRows;
-  static constexpr int kQSplit = kWarps / kQSlabs;
+  static constexpr int kQSplit = kBlockWarps / kQSlabs;
   static constexpr int kQCols = D / kQSplit;
-  static_assert(kWarps % kQSlabs == 0 && kQCols % 16 == 0, "dQ step must split evenly");
+  static_assert(kBlockWarps % kQSlabs == 0 && kQCols % 16 == 0, "dQ step must split evenly");
   using KL = TileLayout<kBc, D>;
   using VL = TileLayout<kBc, DV>;
   using QL = TileLayout<kBr, D>;

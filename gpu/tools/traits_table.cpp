@@ -13,23 +13,23 @@ namespace {
 using namespace flashattn::gpu::detail;
 
 // warps_per_slab: warps that share one 16-row slab (and split its accumulator columns).
-void row(const char* pass, int d, int dv, const char* dtype, int br, int bc, int warps_per_slab, int smem) {
-  std::printf("%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", pass, d, dv, dtype, br, bc, kWarps, warps_per_slab, smem);
+void row(const char* pass, int d, int dv, const char* dtype, int br, int bc, int warps, int warps_per_slab, int smem) {
+  std::printf("%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", pass, d, dv, dtype, br, bc, warps, warps_per_slab, smem);
 }
 
 template <int D, int DV, bool kHasBackward>
 void variant(const char* dtype) {
   using F = ForwardTraits<D, DV>;
-  row("forward", D, DV, dtype, F::kBr, F::kBc, F::kSplit, F::kSmemBytes);
+  row("forward", D, DV, dtype, F::kBr, F::kBc, kWarps, F::kSplit, F::kSmemBytes);
   using FE = ForwardTraits<D, DV, true>;  // the variants with the options' code (and block masks)
-  row("forward+extras", D, DV, dtype, FE::kBr, FE::kBc, FE::kSplit, FE::kSmemBytes);
+  row("forward+extras", D, DV, dtype, FE::kBr, FE::kBc, kWarps, FE::kSplit, FE::kSmemBytes);
   if constexpr (kHasBackward) {
     using B = BackwardTraits<D, DV>;
-    row("backward", D, DV, dtype, B::kBr, B::kBc, B::kSplit, B::kSmemBytes);
+    row("backward", D, DV, dtype, B::kBr, B::kBc, B::kBlockWarps, B::kSplit, B::kSmemBytes);
     using BE = BackwardTraits<D, DV, true>;
-    row("backward+extras", D, DV, dtype, BE::kBr, BE::kBc, BE::kSplit, BE::kSmemBytes);
+    row("backward+extras", D, DV, dtype, BE::kBr, BE::kBc, BE::kBlockWarps, BE::kSplit, BE::kSmemBytes);
     using Q = DqTraits<D, DV>;
-    row("dq", D, DV, dtype, Q::kBr, Q::kBc, 1, Q::kSmemBytes);
+    row("dq", D, DV, dtype, Q::kBr, Q::kBc, kWarps, 1, Q::kSmemBytes);
   }
 }
 
