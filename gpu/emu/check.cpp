@@ -308,11 +308,12 @@ bool shared_plain(const void* p, int bytes, const char* what, Site site) {
 }
 }  // namespace
 
-void atomic_add_f32(float* p, const float* v, int count, Site site) {
-  const char* what = count == 1 ? "an atomic add" : "a vector atomic add (v2)";
-  require_aligned(p, 4 * count, what, site);
-  global_access(p, sizeof(float) * static_cast<size_t>(count), what, site);
-  for (int i = 0; i < count; ++i) p[i] += v[i];
+void atomic_add_pair(float* p, float a, float b, Site site) {
+  const char* what = "a vector atomic add (v2)";
+  require_aligned(p, 8, what, site);
+  global_access(p, 8, what, site);
+  p[0] += a;
+  p[1] += b;
 }
 
 void plain_load(void* dst, const void* src, int bytes, Site site) {

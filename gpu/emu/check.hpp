@@ -43,10 +43,10 @@ void cp_async_wait(int n, Site site);
 // A global access of `bytes` at p by a wrapper (cp.async source, atomics): checked against the
 // registered guarded allocations.
 void global_access(const void* p, size_t bytes, const char* what, Site site);
-// An fp32 atomic add of `count` consecutive values at p (1, or 2 for sm_90's vector reduction):
-// p aligned to 4·count bytes and inside a registered payload, then each element added on its own
-// (single OS thread: a plain add is atomic; the blocks' order, drawn per schedule, orders the adds).
-void atomic_add_f32(float* p, const float* v, int count, Site site);
+// atomic_add_pair (mma.cuh): a to p[0] and b to p[1], p 8-byte aligned (sm_90's vector reduction)
+// and inside a registered payload, then each element added on its own (single OS thread: a plain
+// add is atomic; the blocks' order, drawn per schedule, orders the adds).
+void atomic_add_pair(float* p, float a, float b, Site site);
 // A kernel's plain load (ld) of `bytes` from src into dst, or plain store (st) of `bytes` from src
 // to dst, performed here after the checks: a shared address is checked like a wrapper access
 // (bounds, races, initcheck; the store is recorded with its thread and site), any other address as

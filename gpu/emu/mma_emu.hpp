@@ -79,12 +79,10 @@ inline void st(T* p, const typename Stored<T>::type& v, const char* file = __bui
   emu::plain_store(p, &v, sizeof(T), emu::Site{file, line});
 }
 
-// atomic_add_pair (mma.cuh): two fp32 atomic adds at p[0] and p[1], p 8-byte aligned (the vector
-// reduction's requirement), checked as one global access of 8 bytes.
+// atomic_add_pair (mma.cuh): checked and performed by emu::atomic_add_pair (check.hpp).
 inline void atomic_add_pair(float* p, float a, float b, const char* file = __builtin_FILE(),
                             int line = __builtin_LINE()) {
-  const float v[2] = {a, b};
-  emu::atomic_add_f32(p, v, 2, emu::Site{file, line});
+  emu::atomic_add_pair(p, a, b, emu::Site{file, line});
 }
 
 inline uint16_t u16_at(const void* row, int i) {
