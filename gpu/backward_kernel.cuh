@@ -98,10 +98,8 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     }
     const T* k = static_cast<const T*>(p.k.data) + p.k.offset(si.batch, si.k_start + k0, hk);
     const T* v = static_cast<const T*>(p.v.data) + p.v.offset(si.batch, si.k_start + k0, hk);
-    load_listed_rows<kBlockSparse, Bc, D>(sK, [&](int r) { return k + r * p.k.stride_seq; }, k, valid, rows, tid,
-                                          Tr::kThreads);
-    load_listed_rows<kBlockSparse, Bc, DV>(sV, [&](int r) { return v + r * p.v.stride_seq; }, v, valid, rows, tid,
-                                           Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, D, Tr::kThreads>(sK, StridedRows<T>{k, p.k.stride_seq}, k, valid, rows, tid);
+    load_listed_rows<kBlockSparse, Bc, DV, Tr::kThreads>(sV, StridedRows<T>{v, p.v.stride_seq}, v, valid, rows, tid);
   }
 
   const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
@@ -109,11 +107,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   const int64_t steps = per_head * group;  // (query head of the group, query block) pairs
   // Returns the first step at or after `step` whose tile classify_tile does not call empty.
   auto next_step = [&](int64_t step) {
-    if (!kBlockSparse || !bm.used()) return step;
-    for (; step < steps; ++step) {
-      const int64_t i0 = (qblocks.first + step % per_head) * Br;
-      const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
-      if (classify_tile(m, bm, s, hk * group + step / per_head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+    if constexpr (kBlockSparse) {
+      for (; bm.used() && step < steps; ++step) {
+        const int64_t i0 = (qblocks.first + step % per_head) * Br;
+        const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
+        if (classify_tile(m, bm, s, hk * group + step / per_head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+      }
     }
     return step;
   };
@@ -121,11 +120,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     const int hq = hk * group + static_cast<int>(step / per_head);
     const int64_t i0 = (qblocks.first + step % per_head) * Br;
     const int valid = static_cast<int>(m.seqlen_q - i0 < Br ? m.seqlen_q - i0 : Br);
-    load_tile<Br, D>(sQ + buf * QL::kElems, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + i0, hq),
-                     p.q.stride_seq, valid, tid, Tr::kThreads);
-    load_tile<Br, DV>(sdO + buf * OL::kElems,
-                     static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i0, hq),
-                     p.dout.stride_seq, valid, tid, Tr::kThreads);
+    load_tile<Br, D, Tr::kThreads>(sQ + buf * QL::kElems,
+                                   static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + i0, hq),
+                                   p.q.stride_seq, valid, tid);
+    load_tile<Br, DV, Tr::kThreads>(sdO + buf * OL::kElems,
+                                    static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + i0, hq),
+                                    p.dout.stride_seq, valid, tid);
     // LSE and D in the same cp.async group; rows past the sequence read 0 (the mask hides them:
     // their tiles are partial and Mask::row_end stops at seqlen_q).
     for (int r = tid; r < Br; r += Tr::kThreads) {

@@ -56,15 +56,15 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
     const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
-    load_listed_rows<kBlockSparse, Bc, D>(sK + buf * KL::kElems, [&](int r) { return k + (c0 + r) * p.k.stride_seq; },
-                                          k, valid, rows, tid, Tr::kThreads);
-    load_listed_rows<kBlockSparse, Bc, DV>(sV + buf * VL::kElems, [&](int r) { return v + (c0 + r) * p.v.stride_seq; },
-                                           v, valid, rows, tid, Tr::kThreads);
+    load_listed_rows<kBlockSparse, Bc, D, Tr::kThreads>(
+        sK + buf * KL::kElems, StridedRows<T>{k + c0 * p.k.stride_seq, p.k.stride_seq}, k, valid, rows, tid);
+    load_listed_rows<kBlockSparse, Bc, DV, Tr::kThreads>(
+        sV + buf * VL::kElems, StridedRows<T>{v + c0 * p.v.stride_seq, p.v.stride_seq}, v, valid, rows, tid);
   };
-  load_tile<Br, D>(sQ, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h), p.q.stride_seq,
-                   static_cast<int>(r1 - r0), tid, Tr::kThreads);
-  load_tile<Br, DV>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
-                   p.dout.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
+  load_tile<Br, D, Tr::kThreads>(sQ, static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h),
+                                 p.q.stride_seq, static_cast<int>(r1 - r0), tid);
+  load_tile<Br, DV, Tr::kThreads>(sdO, static_cast<const T*>(p.dout.data) + p.dout.offset(si.batch, si.q_start + r0, h),
+                                  p.dout.stride_seq, static_cast<int>(r1 - r0), tid);
   const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
   if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();

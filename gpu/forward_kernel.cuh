@@ -22,7 +22,7 @@
 namespace flashattn::gpu::detail {
 
 // Returns split `split` of `num_splits` near-equal consecutive slices of tiles.
-__device__ inline TileRange split_tiles(const TileRange& tiles, int split, int num_splits) {
+__device__ inline TileRange split_tiles(const TileRange& tiles, int64_t split, int num_splits) {
   const int64_t n = tiles.last - tiles.first;
   return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
 }
@@ -41,8 +41,10 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   constexpr int kNTiles = Bc / kMmaCols;           // 8-column blocks of S per warp
   constexpr int kOTiles = Tr::kOCols / kMmaCols;   // 8-column blocks of O per warp
 
-  const int s = blockIdx.z, h = blockIdx.y;
-  const int split = static_cast<int>(blockIdx.x % p.num_splits);
+  // 64-bit from the start: the epilogue's index products then need no sign extension kept through
+  // the key loop (at d = 128/256 that one register spilled).
+  const int64_t s = blockIdx.z, h = blockIdx.y;
+  const int64_t split = blockIdx.x % p.num_splits;
   const SeqInfo si = sequence_info(p, s);
   const Mask& m = si.mask;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x / p.num_splits) * Br;
@@ -72,14 +74,20 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     const int64_t c0 = tile * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
     const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
-    load_listed_rows<kBlockSparse, Bc, D>(
-        sK + buf * KL::kElems, [&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); }, k, valid, rows, tid,
-        Tr::kThreads);
-    load_listed_rows<kBlockSparse, Bc, DV>(
-        sV + buf * VL::kElems, [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); }, v, valid, rows, tid,
-        Tr::kThreads);
+    auto load = [&](const auto& k_row, const auto& v_row) {
+      load_listed_rows<kBlockSparse, Bc, D, Tr::kThreads>(sK + buf * KL::kElems, k_row, k, valid, rows, tid);
+      load_listed_rows<kBlockSparse, Bc, DV, Tr::kThreads>(sV + buf * VL::kElems, v_row, v, valid, rows, tid);
+    };
+    // Contiguous K/V: the tile's rows are one stride apart (decided once per tile, not per chunk);
+    // paged: each row's page comes from the block table.
+    if (!p.block_table)
+      load(StridedRows<T>{k + p.k.offset(si.batch, si.k_start + c0, hk), p.k.stride_seq},
+           StridedRows<T>{v + p.v.offset(si.batch, si.k_start + c0, hk), p.v.stride_seq});
+    else
+      load([&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); },
+           [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); });
   };
-  load_tile<Br, D>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid, Tr::kThreads);
+  load_tile<Br, D, Tr::kThreads>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid);
   const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
   if (first < tiles.last) load_kv(first, 0);
   cp_async_commit();
@@ -189,25 +197,40 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     else
       scores(std::false_type{});
 
-    // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max).
+    // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max). A row
+    // whose maximum did not change has alpha = exp2(0) = 1 exactly, so the rescale of O (kOTiles·2
+    // multiplies per row) is skipped when no row of the warp changed: bitwise the same result, and
+    // after the first tiles most tiles of a long row change no maximum. (An empty row so far, max
+    // −inf, has O = 0 and sum 0, unchanged by its alpha of 0.)
+    float alpha[kM][2], base[kM][2];  // base: the subtrahend of this tile's exponents
+    bool changed = false;
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float new_max = fmaxf(row_max[mt][r], quad_max(tile_max[mt][r]));
-        const float base = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
-        const float alpha = exp2_ftz(row_max[mt][r] - base);
+        base[mt][r] = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
+        alpha[mt][r] = exp2_ftz(row_max[mt][r] - base[mt][r]);
+        changed |= new_max != row_max[mt][r];
         row_max[mt][r] = new_max;
-        row_sum[mt][r] *= alpha;
+        row_sum[mt][r] *= alpha[mt][r];
+      }
+    if (__any_sync(0xffffffffu, changed)) {
 #pragma unroll
-        for (int nd = 0; nd < kOTiles; ++nd) {
-          acc_o[mt][nd][2 * r] *= alpha;
-          acc_o[mt][nd][2 * r + 1] *= alpha;
-        }
+      for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+        for (int nd = 0; nd < kOTiles; ++nd)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_o[mt][nd][e] *= alpha[mt][e / 2];
+    }
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int nb = 0; nb < kNTiles; ++nb) {
-          acc_s[mt][nb][2 * r] = exp2_ftz(acc_s[mt][nb][2 * r] - base);
-          acc_s[mt][nb][2 * r + 1] = exp2_ftz(acc_s[mt][nb][2 * r + 1] - base);
+          acc_s[mt][nb][2 * r] = exp2_ftz(acc_s[mt][nb][2 * r] - base[mt][r]);
+          acc_s[mt][nb][2 * r + 1] = exp2_ftz(acc_s[mt][nb][2 * r + 1] - base[mt][r]);
           row_sum[mt][r] += acc_s[mt][nb][2 * r] + acc_s[mt][nb][2 * r + 1];
         }
       }

@@ -28,26 +28,50 @@ struct TileLayout {
   static_assert(kBytes % 16 == 0, "tiles must keep 16-byte alignment");
 };
 
+// Row r of a tile at base + r·stride elements: the rows of a contiguous tensor (RowPointer of
+// load_rows).
+template <class T>
+struct StridedRows {
+  const T* base;
+  int64_t stride;
+  __device__ const T* operator()(int r) const { return base + r * stride; }
+};
+
 // Copies rows [0, valid_rows) of a Rows x D tile, row r starting at row(r), into dst
 // (TileLayout<Rows, D>), zero-filling rows at or past valid_rows (row() is not called for them;
-// their copies name `fallback`, a readable address, and read nothing). Every thread of the block (nthreads of them) takes a share of the 16-byte chunks; the caller
-// commits the group.
-template <int Rows, int D, class T, class RowPointer>
-__device__ inline void load_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows, int tid,
-                                 int nthreads) {
+// their copies name `fallback`, a readable address, and read nothing). The kThreads threads of the
+// block each copy every kThreads-th 16-byte chunk in a fully unrolled loop (no per-chunk loop
+// bookkeeping; where a row's chunks divide the block, a thread keeps one column and steps a fixed
+// number of rows); the caller commits the group.
+template <int Rows, int D, int kThreads, class T, class RowPointer>
+__device__ inline void load_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows, int tid) {
   constexpr int kChunksPerRow = D / kChunkElems;
-  for (int c = tid; c < Rows * kChunksPerRow; c += nthreads) {
-    const int r = c / kChunksPerRow, x = (c % kChunksPerRow) * kChunkElems;
+  constexpr int kChunks = Rows * kChunksPerRow;
+  constexpr int kIters = (kChunks + kThreads - 1) / kThreads;
+  constexpr int kStride = TileLayout<Rows, D>::kStride;
+  auto copy = [&](int r, int x) {
     const bool valid = r < valid_rows;
-    const T* from = valid ? row(r) + x : fallback;
-    cp_async_16(dst + r * TileLayout<Rows, D>::kStride + x, from, valid);
+    cp_async_16(dst + r * kStride + x, valid ? row(r) + x : fallback, valid);
+  };
+  if constexpr (kThreads % kChunksPerRow == 0) {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    const int r0 = tid / kChunksPerRow, x = (tid % kChunksPerRow) * kChunkElems;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i)
+      if (Rows % kRowStep == 0 || r0 + i * kRowStep < Rows) copy(r0 + i * kRowStep, x);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int c = tid + i * kThreads;
+      if (kChunks % kThreads == 0 || c < kChunks) copy(c / kChunksPerRow, (c % kChunksPerRow) * kChunkElems);
+    }
   }
 }
 
 // load_rows for rows src_stride elements apart from src.
-template <int Rows, int D, class T>
-__device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int valid_rows, int tid, int nthreads) {
-  load_rows<Rows, D>(dst, [&](int r) { return src + r * src_stride; }, src, valid_rows, tid, nthreads);
+template <int Rows, int D, int kThreads, class T>
+__device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int valid_rows, int tid) {
+  load_rows<Rows, D, kThreads>(dst, StridedRows<T>{src, src_stride}, src, valid_rows, tid);
 }
 
 // The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping,

@@ -104,6 +104,17 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float x, int lane_mask) {
   return r;
 }
 
+// Returns whether pred is nonzero in any lane of the warp (every lane votes: full mask).
+inline bool __any_sync(unsigned /*mask*/, int pred) {
+  emu::WarpExchange& w = emu::warp_exchange();
+  w.word[emu::lane()][0] = pred != 0;
+  emu::sync_warp();
+  bool any = false;
+  for (int l = 0; l < 32; ++l) any = any || w.word[l][0] != 0;
+  emu::sync_warp();
+  return any;
+}
+
 // Returns the value of x in lane src_lane of the warp.
 inline uint32_t __shfl_sync(unsigned /*mask*/, uint32_t x, int src_lane) {
   emu::WarpExchange& w = emu::warp_exchange();
