@@ -32,6 +32,7 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_bias_dropout.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_block_mask.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_schedules.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_softmax.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu_emu_checks.cpp)
   target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
   # The checks' own tests compile small kernels as the emulator does.

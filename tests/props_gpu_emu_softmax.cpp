@@ -1,0 +1,50 @@
+// Fixed forward cases aimed at the GPU forward's online softmax (gpu/forward_kernel.cuh), run by
+// the host emulator: the kernel skips the rescale of O when no row of a warp raised its maximum in
+// a key tile, so the vote must count every row of the warp. Random scores almost never leave the
+// maxima of half a warp's rows still while the other half keep rising, which is the case here:
+// rows 8-15 of every 16 (or rows 0-7) see a score that grows by 0.5 with every 32 keys, the other
+// rows see their maximum at key 0 and nothing larger afterwards.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "emu/props_calls.hpp"
+#include "props/buffers.hpp"
+#include "props/instance.hpp"
+#include "props/tolerance.hpp"
+
+namespace {
+
+TEST_CASE("gpu-emulated forward: O is rescaled when only some rows of a warp raise their maximum") {
+  for (int dim : {64, 128})
+    for (int rising_half : {0, 1}) {  // rows 16t + 8·rising_half + [0, 8) keep raising their maximum
+      props::Case c;
+      c.seqlen_q = 64;
+      c.seqlen_k = 512;
+      c.dim = dim;
+      c.dtype = flashattn::DType::bf16;
+      c.seed = 3;
+      props::Instance inst(c);
+      const int64_t nq = c.seqlen_q, nk = c.seqlen_k, d = dim;
+      std::vector<double> q(nq * d, 0.0), k(nk * d, 0.0), v(nk * d);
+      for (int64_t i = 0; i < nq; ++i) q[i * d + ((i % 16) / 8 == rising_half ? 1 : 0)] = 1.0;
+      const double unit = std::sqrt(static_cast<double>(d));  // a key entry of `unit` scores 1 (scale 1/√d)
+      for (int64_t j = 0; j < nk; ++j) {
+        k[j * d] = j == 0 ? 2 * unit : 0.0;           // the still rows: score 2 at key 0, 0 after
+        k[j * d + 1] = 0.5 * unit * (j / 32);         // the rising rows: 0.5 more every 32 keys
+        for (int64_t x = 0; x < d; ++x) v[j * d + x] = std::sin(0.37 * static_cast<double>(j) + 1.3 * x);
+      }
+      props::write_dense(inst.q(), q);
+      props::write_dense(inst.k(), k);
+      props::write_dense(inst.v(), v);
+      const flashattn::ForwardArgs a = inst.forward_args();
+      flashattn::gpu_emu::forward_in_gpu_layout(a);
+      const props::Judgement j = props::judge_forward(a);
+      CHECK_MESSAGE(j.passed(), "d=" << dim << " rising half " << rising_half << ": " << j.first_failure());
+      CHECK_MESSAGE(inst.check().empty(), inst.check());
+    }
+}
+
+}  // namespace
