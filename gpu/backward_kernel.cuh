@@ -108,11 +108,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   // Returns the first step at or after `step` whose tile classify_tile does not call empty.
   auto next_step = [&](int64_t step) {
     if constexpr (kBlockSparse) {
-      for (; bm.used() && step < steps; ++step) {
-        const int64_t i0 = (qblocks.first + step % per_head) * Br;
-        const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
-        if (classify_tile(m, bm, s, hk * group + step / per_head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
-      }
+      if (bm.used())
+        for (; step < steps; ++step) {
+          const int64_t i0 = (qblocks.first + step % per_head) * Br;
+          const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
+          if (classify_tile(m, bm, s, hk * group + step / per_head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+        }
     }
     return step;
   };
@@ -207,12 +208,11 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
         const float lse = ld(tLse + il);
         const bool seen = lse != -INFINITY && lo[e / 2] <= il && il < hi[e / 2] &&
                           !((block_hidden >> (4 * nb + e)) & 1u);
-        // (the variant without the options' code: S·log2(e) = acc·scale2, bitwise the forward's; the
-        // bias is read only for seen elements)
-        const float pr =
-            seen ? exp2_ftz((kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) : acc_s[nb][e] * score.scale2) -
-                            lse * kLog2e)
-                 : 0.0f;
+        // (the variant without the options' code: exp2(acc·scale2 − LSE·log2(e)) in one FFMA and ex2,
+        // as the forward's plain variant; the bias is read only for seen elements)
+        const float pr = seen ? exp2_ftz(kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) - lse * kLog2e
+                                                 : fmaf(acc_s[nb][e], score.scale2, -(lse * kLog2e)))
+                              : 0.0f;
         const bool kept = (keep >> (4 * nb + e)) & 1u;
         const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
         float ds = pr * (dp - ld(tDot + il));
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
 template <int D, int DV, class T>
 auto backward_variant(const BackwardParams& p) {
   if (uses_block_mask(p)) return backward_kernel<D, DV, T, true, true>;
-  return uses_score_options(p) ? backward_kernel<D, DV, T, true, false> : backward_kernel<D, DV, T, false, false>;
+  return backward_extras(p) ? backward_kernel<D, DV, T, true, false> : backward_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

@@ -101,18 +101,13 @@ __device__ inline uint32_t block_hidden_bits(const Mask& m, const BlockMask& bm,
 }
 
 // load_rows restricted to the rows of `rows` (bit r: row r): the others are zero-filled like rows
-// at or past valid_rows, and row() is not called for them. Without kSparse: load_rows.
+// at or past valid_rows, and row() is not called for them; not unrolled (the block-sparse kernels
+// are short of registers: unrolled, forward d = 256 spilled 64-72 B more). Without kSparse: load_rows.
 template <bool kSparse, int Rows, int D, int kThreads, class T, class RowPointer>
 __device__ inline void load_listed_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows,
                                         uint64_t rows, int tid) {
   if constexpr (!kSparse) return load_rows<Rows, D, kThreads>(dst, row, fallback, valid_rows, tid);
-  constexpr int kChunksPerRow = D / kChunkElems;
-  for (int c = tid; c < Rows * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, x = (c % kChunksPerRow) * kChunkElems;
-    const bool valid = r < valid_rows && ((rows >> r) & 1u);
-    const T* from = valid ? row(r) + x : fallback;
-    cp_async_16(dst + r * TileLayout<Rows, D>::kStride + x, from, valid);
-  }
+  load_rows<Rows, D, kThreads, 1>(dst, row, fallback, valid_rows, tid, [rows](int r) { return ((rows >> r) & 1u) != 0; });
 }
 
 }  // namespace flashattn::gpu::detail

@@ -29,7 +29,10 @@ __device__ inline TileRange split_tiles(const TileRange& tiles, int64_t split, i
 
 // kExtras: the code of the per-element options (bias, dropout, softcap, ALiBi) is compiled in;
 // kBlockSparse: the block-mask code (only with kExtras: forward_variant picks one of three). The
-// plain variant's full tiles cost per score one multiply, a max, a subtract, ex2 and an add.
+// plain variant (only for a positive normal scale, plain_forward_scale) keeps the unscaled scores
+// until the exponent: their maximum times scale·log2(e) is the maximum of the scaled ones (rounding
+// is monotone), and exp2(acc·scale2 − max) is one FFMA and ex2, so its full tiles cost per score a
+// max, an FFMA, ex2 and an add.
 template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
 __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     forward_kernel(const ForwardParams p) {
@@ -93,7 +96,9 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   cp_async_commit();
 
   const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
-  const float scale2 = score.scale2;  // plain variant: S·log2(e) = acc·scale2
+  // The factor between the element loop's values and the log2-domain scores: the plain variant's
+  // values are the unscaled acc, the options' are the transformed scores themselves.
+  const float scale2 = kExtras ? 1.0f : score.scale2;
   const BiasRows bias(p, s, h);
   const DropoutStream drop(p, s, h);
   int64_t row[kM][2];  // this thread's rows: m-tile mt holds rows g and g + 8 of its 16
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
             bool seen = true;
             if constexpr (decltype(masked)::value)
               seen = lo[e / 2] <= col && col < hi[e / 2] && !((block_hidden >> (4 * nb + e)) & 1u);
-            float x = acc_s[mt][nb][e] * scale2;
+            float x = acc_s[mt][nb][e];
             if constexpr (kExtras) {
               float th;
               const int64_t i = row[mt][e / 2], j = c0 + col;
@@ -197,7 +202,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     else
       scores(std::false_type{});
 
-    // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max). A row
+    // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max) (the
+    // plain variant: exp2(acc·scale2 − max), one FFMA). A row
     // whose maximum did not change has alpha = exp2(0) = 1 exactly, so the rescale of O (kOTiles·2
     // multiplies per row) is skipped when no row of the warp changed: bitwise the same result, and
     // after the first tiles most tiles of a long row change no maximum. (An empty row so far, max
@@ -208,7 +214,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float new_max = fmaxf(row_max[mt][r], quad_max(tile_max[mt][r]));
+        const float tmax = quad_max(tile_max[mt][r]);
+        const float new_max = fmaxf(row_max[mt][r], kExtras ? tmax : tmax * scale2);  // −inf stays −inf
         base[mt][r] = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
         alpha[mt][r] = exp2_ftz(row_max[mt][r] - base[mt][r]);
         changed |= new_max != row_max[mt][r];
@@ -229,8 +236,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int nb = 0; nb < kNTiles; ++nb) {
-          acc_s[mt][nb][2 * r] = exp2_ftz(acc_s[mt][nb][2 * r] - base[mt][r]);
-          acc_s[mt][nb][2 * r + 1] = exp2_ftz(acc_s[mt][nb][2 * r + 1] - base[mt][r]);
+          acc_s[mt][nb][2 * r] = exp2_ftz(fmaf(acc_s[mt][nb][2 * r], scale2, -base[mt][r]));
+          acc_s[mt][nb][2 * r + 1] = exp2_ftz(fmaf(acc_s[mt][nb][2 * r + 1], scale2, -base[mt][r]));
           row_sum[mt][r] += acc_s[mt][nb][2 * r] + acc_s[mt][nb][2 * r + 1];
         }
       }
@@ -312,11 +319,12 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
 
 // Returns the forward kernel variant of a call: with the block-mask code when it has a block mask
 // (and then with the options' code too), else with the options' code only when it uses one
-// (forward_extras); its launch shape is forward_shape<D, DV>(forward_extras(p)).
+// (forward_extras) or a scale the plain variant cannot take (plain_forward_scale); its launch shape
+// is forward_shape<D, DV>(forward_extras(p)).
 template <int D, int DV, class T>
 auto forward_variant(const ForwardParams& p) {
   if (uses_block_mask(p)) return forward_kernel<D, DV, T, true, true>;
-  return uses_score_options(p) ? forward_kernel<D, DV, T, true, false> : forward_kernel<D, DV, T, false, false>;
+  return forward_extras(p) ? forward_kernel<D, DV, T, true, false> : forward_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

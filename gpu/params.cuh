@@ -2,6 +2,7 @@
 // kernel reads on the device, mirroring flashattn/problem.hpp's host-side sequence().
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #ifdef FLASHATTN_GPU_EMULATE
@@ -165,12 +166,22 @@ __host__ __device__ inline bool uses_score_options(const CommonParams& p) {
 // their variant with that code compiled in.
 __host__ __device__ inline bool uses_block_mask(const CommonParams& p) { return p.block_mask.used(); }
 
-// Returns whether a call runs the forward and dK/dV kernels' variants with the options' code
-// (forward_variant, backward_variant): a per-element option or a block mask.
-__host__ __device__ inline bool forward_extras(const CommonParams& p) {
+// Returns whether the forward's plain variant can take a call's scale: a positive normal float, so
+// that scaling keeps the order of the scores (the variant takes the row maximum before scaling) and
+// scale·log2(e) is not flushed to 0 (which would turn a masked −inf score into NaN). A zero,
+// negative or subnormal scale runs the variant with the options' code.
+__host__ __device__ inline bool plain_forward_scale(const CommonParams& p) { return p.scale >= FLT_MIN; }
+
+// Returns whether a call runs the dK/dV kernel's variant with the options' code (backward_variant):
+// a per-element option or a block mask.
+__host__ __device__ inline bool backward_extras(const CommonParams& p) {
   return uses_score_options(p) || uses_block_mask(p);
 }
-__host__ __device__ inline bool backward_extras(const CommonParams& p) { return forward_extras(p); }
+// Returns whether a call runs the forward kernel's variant with the options' code (forward_variant):
+// as the backward, and for a scale the plain variant cannot take.
+__host__ __device__ inline bool forward_extras(const CommonParams& p) {
+  return backward_extras(p) || !plain_forward_scale(p);
+}
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).
 __device__ inline float alibi_slope(const CommonParams& p, int64_t s, int64_t h) {

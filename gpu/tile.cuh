@@ -37,30 +37,38 @@ struct StridedRows {
   __device__ const T* operator()(int r) const { return base + r * stride; }
 };
 
+// Every row of a tile (the RowFilter of load_rows for tiles without a block mask).
+struct AllRows {
+  __device__ bool operator()(int) const { return true; }
+};
+
 // Copies rows [0, valid_rows) of a Rows x D tile, row r starting at row(r), into dst
-// (TileLayout<Rows, D>), zero-filling rows at or past valid_rows (row() is not called for them;
-// their copies name `fallback`, a readable address, and read nothing). The kThreads threads of the
-// block each copy every kThreads-th 16-byte chunk in a fully unrolled loop (no per-chunk loop
-// bookkeeping; where a row's chunks divide the block, a thread keeps one column and steps a fixed
-// number of rows); the caller commits the group.
-template <int Rows, int D, int kThreads, class T, class RowPointer>
-__device__ inline void load_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows, int tid) {
+// (TileLayout<Rows, D>), zero-filling rows at or past valid_rows and rows r with !wanted(r) (row()
+// is not called for them; their copies name `fallback`, a readable address, and read nothing). The
+// kThreads threads of the block each copy every kThreads-th 16-byte chunk in a fully unrolled loop
+// (no per-chunk loop bookkeeping; where a row's chunks divide the block, a thread keeps one column
+// and steps a fixed number of rows; kUnroll below that count unrolls less, for kernels short of
+// registers); the caller commits the group.
+template <int Rows, int D, int kThreads, int kUnroll = (Rows * D / kChunkElems + kThreads - 1) / kThreads, class T,
+          class RowPointer, class RowFilter = AllRows>
+__device__ inline void load_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows, int tid,
+                                 const RowFilter& wanted = {}) {
   constexpr int kChunksPerRow = D / kChunkElems;
   constexpr int kChunks = Rows * kChunksPerRow;
   constexpr int kIters = (kChunks + kThreads - 1) / kThreads;
   constexpr int kStride = TileLayout<Rows, D>::kStride;
   auto copy = [&](int r, int x) {
-    const bool valid = r < valid_rows;
+    const bool valid = r < valid_rows && wanted(r);
     cp_async_16(dst + r * kStride + x, valid ? row(r) + x : fallback, valid);
   };
   if constexpr (kThreads % kChunksPerRow == 0) {
     constexpr int kRowStep = kThreads / kChunksPerRow;
     const int r0 = tid / kChunksPerRow, x = (tid % kChunksPerRow) * kChunkElems;
-#pragma unroll
+#pragma unroll kUnroll
     for (int i = 0; i < kIters; ++i)
       if (Rows % kRowStep == 0 || r0 + i * kRowStep < Rows) copy(r0 + i * kRowStep, x);
   } else {
-#pragma unroll
+#pragma unroll kUnroll
     for (int i = 0; i < kIters; ++i) {
       const int c = tid + i * kThreads;
       if (kChunks % kThreads == 0 || c < kChunks) copy(c / kChunksPerRow, (c % kChunksPerRow) * kChunkElems);
@@ -77,8 +85,8 @@ __device__ inline void load_tile(T* dst, const T* src, int64_t src_stride, int v
 // The score of one element in the log2 domain: S = scale·acc, then the optional soft-capping,
 // ALiBi and additive bias of docs/semantics.md, times log2(e) — computed in the log2 domain from
 // the start (scale2 = scale·log2(e), softcap2, slope2 likewise), so that without options it is
-// acc·scale2 + bias·log2(e): bitwise acc·scale2 (the forward's and dK/dV kernel's plain variants)
-// when there is no bias. `tanh_out` receives tanh(S/softcap) (for the backward's derivative; 0 when
+// acc·scale2 + bias·log2(e) (the plain variants of the forward and dK/dV kernels, which have no
+// options, fuse acc·scale2 into their exponent's FFMA instead). `tanh_out` receives tanh(S/softcap) (for the backward's derivative; 0 when
 // soft-capping is off). Masking is applied by the caller, who reads the bias only for visible
 // elements.
 struct ScoreTransform {
