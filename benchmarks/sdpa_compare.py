@@ -130,7 +130,7 @@ def close(x, ref, what, errors):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libflashattn_gpu_capi.so")
-    ap.add_argument("--quick", action="store_true", help="seqlen 512, 2048, 8192 only; fewer repetitions")
+    ap.add_argument("--quick", action="store_true", help="seqlen 1024, 4096, 16384 only; fewer repetitions")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--markdown", help="append a results table (with GPU, driver, date) to this file")
     args = ap.parse_args()
@@ -145,7 +145,7 @@ def main():
         driver = []
     header = f"{dev}, driver {driver[0] if driver else '?'}, torch {torch.__version__}, " \
              f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC"
-    seqlens = [512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    seqlens = [1024, 4096, 16384] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     reps = max(5, args.reps // 2) if args.quick else args.reps
     rows, failures = [], []
     for d in (64, 128):
