@@ -4,7 +4,8 @@
 // global memory):
 //   Sᵀ = K·Qᵀ (plus the bias), dPᵀ = V·dOᵀ, Pᵀ = exp(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·softcap',
 //   dV += (Pᵀ∘Z)·dO (times 1/(1 − p) at the end), dK += dSᵀ·Q, and (atomic mode) dQ_accum +=
-//   scale·dS·K with fp32 atomics; Z: the dropout keep decisions (all 1 without dropout).
+//   dS·K with fp32 atomics (dq_convert_kernel applies the scale); Z: the dropout keep decisions (all
+//   1 without dropout).
 // dK and dV sum over the query heads of the GQA group inside the block: no atomics, so they are
 // bitwise repeatable; dQ is repeatable only through the separate dq kernel (deterministic mode).
 #pragma once
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     }
 
     if (atomic_dq) {
-      // dQ_accum += scale · dS·K (this warp's 16 query rows and kQCols columns); the A fragments of
+      // dQ_accum += dS·K (this warp's 16 query rows and kQCols columns); the A fragments of
       // dS come transposed from dSᵀ: lane l names key 16·ks + l % 8 + 8·(l / 16), query 8·((l / 8) % 2).
       const int qslab = warp / Tr::kQSplit, qcol0 = (warp % Tr::kQSplit) * Tr::kQCols;
       uint32_t ads[Bc / kMmaRows][4];
@@ -276,7 +277,12 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
       for (int ks = 0; ks < Bc / kMmaRows; ++ks)
         ldmatrix_x4_trans(ads[ks], sdSt + (ks * kMmaRows + lane % 8 + 8 * (lane / 16)) * PL::kStride +
                                        qslab * kMmaRows + 8 * ((lane / 8) % 2));
-      const int64_t rows[2] = {i0 + qslab * kMmaRows + g, i0 + qslab * kMmaRows + g + 8};
+      // This thread's two dQ rows (g and g + 8 of the warp's 16): one address each per query block,
+      // every reduction of the row at an immediate offset from it; rows past the sequence add nothing.
+      const int64_t row = i0 + qslab * kMmaRows + g;
+      float* const dq_row = p.dq_accum + ((si.batch * p.q_seq + si.q_start + row) * p.heads_q + hq) * D + qcol0 + 2 * t;
+      float* const dq_rows[2] = {dq_row, dq_row + 8 * static_cast<int64_t>(p.heads_q) * D};
+      const bool row_in[2] = {row < m.seqlen_q, row + 8 < m.seqlen_q};
 #pragma unroll
       for (int nd = 0; nd < Tr::kQCols / kMmaCols; nd += 2) {
         float acc[2][4] = {};
@@ -289,13 +295,9 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
           mma<T>(acc[1], ads[ks], b[2], b[3]);
         }
 #pragma unroll
-        for (int e = 0; e < 8; e += 2) {  // the C fragment's pairs of adjacent columns
-          const int64_t i = rows[(e % 4) / 2];
-          if (i >= m.seqlen_q) continue;
-          const int col = qcol0 + (nd + e / 4) * kMmaCols + 2 * t;
-          float* dst = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + hq) * D + col;
-          atomic_add_pair(dst, p.scale * acc[e / 4][e % 4], p.scale * acc[e / 4][e % 4 + 1]);
-        }
+        for (int e = 0; e < 8; e += 2)  // the C fragment's pairs of adjacent columns (scaled in dq_convert)
+          if (row_in[(e % 4) / 2])
+            atomic_add_pair(dq_rows[(e % 4) / 2] + (nd + e / 4) * kMmaCols, acc[e / 4][e % 4], acc[e / 4][e % 4 + 1]);
       }
     }
     __syncthreads();  // the next iteration's copy overwrites this buffer (and sPt, sdSt)

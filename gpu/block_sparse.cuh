@@ -40,8 +40,8 @@ __device__ inline int64_t next_visited(const Mask& m, const BlockMask& bm, int64
 template <bool kSparse, int Rows>
 __device__ inline uint64_t listed_rows(const BlockMask& bm, int64_t s, int64_t h0, int64_t h1, int64_t r0, int64_t r1,
                                        int64_t c0) {
-  static_assert(Rows <= 64, "one bit per row of the tile");
-  constexpr uint64_t kAll = Rows == 64 ? ~uint64_t{0} : (uint64_t{1} << Rows) - 1;
+  static_assert(!kSparse || Rows <= 64, "one bit per row of the tile (tiles of more rows have no block-mask code)");
+  constexpr uint64_t kAll = Rows >= 64 ? ~uint64_t{0} : (uint64_t{1} << Rows) - 1;
   if constexpr (!kSparse) return kAll;
   if (!bm.used()) return kAll;
   if (r0 >= r1) return 0;
@@ -106,8 +106,11 @@ __device__ inline uint32_t block_hidden_bits(const Mask& m, const BlockMask& bm,
 template <bool kSparse, int Rows, int D, int kThreads, class T, class RowPointer>
 __device__ inline void load_listed_rows(T* dst, const RowPointer& row, const T* fallback, int valid_rows,
                                         uint64_t rows, int tid) {
-  if constexpr (!kSparse) return load_rows<Rows, D, kThreads>(dst, row, fallback, valid_rows, tid);
-  load_rows<Rows, D, kThreads, 1>(dst, row, fallback, valid_rows, tid, [rows](int r) { return ((rows >> r) & 1u) != 0; });
+  if constexpr (!kSparse)
+    load_rows<Rows, D, kThreads>(dst, row, fallback, valid_rows, tid);
+  else
+    load_rows<Rows, D, kThreads, 1>(dst, row, fallback, valid_rows, tid,
+                                    [rows](int r) { return ((rows >> r) & 1u) != 0; });
 }
 
 }  // namespace flashattn::gpu::detail

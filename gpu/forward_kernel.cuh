@@ -27,6 +27,17 @@ __device__ inline TileRange split_tiles(const TileRange& tiles, int64_t split, i
   return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
 }
 
+// Returns the key tiles of width Bc that mask m leaves full for every row of [r0, r1) (Mask::classify
+// says full for exactly these: [ceil(full_key_begin / Bc), floor(full_key_end / Bc))), none when the
+// block has fewer than Br rows (the rows past the sequence must see nothing). Tile indices fit int:
+// sequence sizes are below 2^31 (flashattn/mask.hpp).
+template <int Br, int Bc>
+__device__ inline TileRange full_tiles(const Mask& m, int64_t r0, int64_t r1) {
+  if (r1 - r0 < Br) return {0, 0};
+  const int64_t kb = m.full_key_begin(r1), ke = m.full_key_end(r0);
+  return {(kb + Bc - 1) / Bc, ke / Bc};
+}
+
 // kExtras: the code of the per-element options (bias, dropout, softcap, ALiBi) is compiled in;
 // kBlockSparse: the block-mask code (only with kExtras: forward_variant picks one of three). The
 // plain variant (only for a positive normal scale, plain_forward_scale) keeps the unscaled scores
@@ -54,6 +65,10 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   if (r0 >= m.seqlen_q) return;
   const int64_t r1 = r0 + Br < m.seqlen_q ? r0 + Br : m.seqlen_q;
   const int hk = static_cast<int>(kv_head(h, p.heads_q, p.heads_k));
+  // Tiles of every row's visible keys: the full ones take the element loop without tests. As int
+  // (sequence sizes are below 2^31): the steady loop keeps 32-bit tile state.
+  const TileRange full64 = full_tiles<Br, Bc>(m, r0, r1);
+  const int full_first = static_cast<int>(full64.first), full_last = static_cast<int>(full64.last);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -72,9 +87,10 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   // The split's slice of the window rule's tiles; with a block mask only those classify_tile does
   // not call empty are visited (next_visited), and only the key rows of listed blocks are loaded.
   const BlockMask& bm = p.block_mask;
-  const TileRange tiles = split_tiles(key_tiles<Bc>(m, r0, r1), split, p.num_splits);
-  auto load_kv = [&](int64_t tile, int buf) {
-    const int64_t c0 = tile * Bc;
+  const TileRange tiles64 = split_tiles(key_tiles<Bc>(m, r0, r1), split, p.num_splits);
+  const int tiles_first = static_cast<int>(tiles64.first), tiles_last = static_cast<int>(tiles64.last);
+  auto load_kv = [&](int tile, int buf) {
+    const int64_t c0 = static_cast<int64_t>(tile) * Bc;
     const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
     const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
     auto load = [&](const auto& k_row, const auto& v_row) {
@@ -83,7 +99,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     };
     // Contiguous K/V: the tile's rows are one stride apart (decided once per tile, not per chunk);
     // paged: each row's page comes from the block table.
-    if (!p.block_table)
+    if (!kExtras || !p.block_table)  // (paged calls run the variants with the options' code)
       load(StridedRows<T>{k + p.k.offset(si.batch, si.k_start + c0, hk), p.k.stride_seq},
            StridedRows<T>{v + p.v.offset(si.batch, si.k_start + c0, hk), p.v.stride_seq});
     else
@@ -91,8 +107,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
            [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); });
   };
   load_tile<Br, D, Tr::kThreads>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid);
-  const int64_t first = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles.first, tiles.last);
-  if (first < tiles.last) load_kv(first, 0);
+  const int first = static_cast<int>(next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles_first, tiles_last));
+  if (first < tiles_last) load_kv(first, 0);
   cp_async_commit();
 
   const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
@@ -101,12 +117,9 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   const float scale2 = kExtras ? 1.0f : score.scale2;
   const BiasRows bias(p, s, h);
   const DropoutStream drop(p, s, h);
-  int64_t row[kM][2];  // this thread's rows: m-tile mt holds rows g and g + 8 of its 16
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt) {
-    row[mt][0] = r0 + slab_row + mt * kMmaRows + g;
-    row[mt][1] = row[mt][0] + 8;
-  }
+  // This thread's rows: m-tile mt holds rows g and g + 8 of its 16 (recomputed where used: kept
+  // as 64-bit values across the key loop they held registers the 64-key tiles need).
+  auto row_of = [&](int mt, int r) { return r0 + (slab_row + mt * kMmaRows + g + 8 * r); };
   // Running max (log2 domain) and this thread's share of the running sum; the sink is a key of
   // score sinks[h] and value 0 that every row sees: it starts both (counted once per quad).
   const bool sink = p.sinks != nullptr && split == 0;
@@ -121,14 +134,14 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     }
   float acc_o[kM][kOTiles][4] = {};
 
-  int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
+  int parity = 0;  // the buffer of this visited tile (they alternate)
   // (Without kBlockSparse next is tile + 1; stepping by tile + 1 there keeps `next` dead after the
   // prefetch, as before block masks.)
-  for (int64_t tile = first, next; tile < tiles.last;
-       tile = kBlockSparse ? next : tile + 1, parity ^= kBlockSparse) {
-    const int buf = kBlockSparse ? parity : static_cast<int>((tile - tiles.first) & 1);
-    next = next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles.last);  // prefetched while this one computes
-    if (next < tiles.last) {
+  for (int tile = first, next; tile < tiles_last; tile = kBlockSparse ? next : tile + 1, parity ^= 1) {
+    const int buf = parity;
+    // prefetched while this one computes
+    next = static_cast<int>(next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tile + 1, tiles_last));
+    if (next < tiles_last) {
       load_kv(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
@@ -138,7 +151,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     __syncthreads();
     const T* tK = sK + buf * KL::kElems;
     const T* tV = sV + buf * VL::kElems;
-    const int64_t c0 = tile * Bc;
+    const int64_t c0 = static_cast<int64_t>(tile) * Bc;
 
     // S = Q·Kᵀ (this slab's kM m-tiles x Bc keys)
     float acc_s[kM][kNTiles][4] = {};
@@ -150,7 +163,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     // tile tests none.
     const bool block_partial =  // the block mask leaves the tile partial (classified once per tile)
         kBlockSparse && block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full;
-    const bool partial = m.classify(r0, r1, c0, c0 + Bc) != TileKind::full || r1 - r0 < Br || block_partial;
+    const bool partial = tile < full_first || tile >= full_last || block_partial;
     float tile_max[kM][2];
     auto scores = [&](auto masked) {
 #pragma unroll
@@ -164,13 +177,13 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
           if constexpr (kBlockSparse) {
             if (block_partial)
               block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
-                i = e < 2 ? row[mt][0] : row[mt][1];  // selects: no dynamic index into registers
+                i = row_of(mt, e < 2 ? 0 : 1);  // selects: no dynamic index into registers
                 j = c0 + nb * kMmaCols + 2 * t + e % 2;
               });
           }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const int64_t i = row[mt][r];
+            const int64_t i = row_of(mt, r);
             const bool in = i < m.seqlen_q;
             lo[r] = in ? tile_offset(m.key_begin(i) - c0, Bc) : 0;
             hi[r] = in ? tile_offset(m.key_end(i) - c0, Bc) : 0;
@@ -188,7 +201,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
             float x = acc_s[mt][nb][e];
             if constexpr (kExtras) {
               float th;
-              const int64_t i = row[mt][e / 2], j = c0 + col;
+              const int64_t i = row_of(mt, e / 2), j = c0 + col;
               x = seen ? score(acc_s[mt][nb][e], i, j, bias(i, j), th) : x;
             }
             x = seen ? x : -INFINITY;
@@ -247,7 +260,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
       if (p.dropout_p > 0) {
 #pragma unroll
         for (int mt = 0; mt < kM; ++mt) {
-          const uint32_t keep = keep_mask_rows<kNTiles>(drop, row[mt], c0, lane);
+          const int64_t rows[2] = {row_of(mt, 0), row_of(mt, 1)};
+          const uint32_t keep = keep_mask_rows<kNTiles>(drop, rows, c0, lane);
 #pragma unroll
           for (int nb = 0; nb < kNTiles; ++nb)
 #pragma unroll
@@ -292,7 +306,7 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
       const float sum = quad_sum(row_sum[mt][r]);
       const bool empty = row_max[mt][r] == -INFINITY;
       const float inv = empty ? 0.0f : out_scale / sum;
-      const int64_t i = row[mt][r];
+      const int64_t i = row_of(mt, r);
       if (i >= m.seqlen_q) continue;
       const float lse = empty ? -INFINITY : (row_max[mt][r] + log2f(sum)) * kLn2;
       const int64_t li = lse_index(p, si, h, i);

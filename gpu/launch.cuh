@@ -39,9 +39,9 @@ void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t s
 
 template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream) {
-  using Tr = BackwardTraits<D, DV>;
-  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, Tr::kBc), p.heads_k, p.num_sequences, Tr::kThreads,
-         backward_smem<D, DV>(backward_extras(p)), stream, p, p.dq_accum != nullptr);
+  const BackwardShape shape = backward_shape<D, DV>(backward_extras(p));
+  launch(backward_variant<D, DV, T>(p), ceil_div(max_k_rows, shape.bc), p.heads_k, p.num_sequences, shape.threads,
+         shape.smem, stream, p, p.dq_accum != nullptr);
 }
 
 template <int D, int DV, class T>

@@ -17,7 +17,7 @@ template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
 // Runs the dK/dV kernel over every (key block, key head, sequence); when p.dq_accum is set it also
-// accumulates scale·dS·K into it with fp32 atomics.
+// accumulates dS·K into it with fp32 atomics (launch_dq_convert applies the scale).
 template <int D, int DV, class T>
 void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t stream);
 
@@ -29,7 +29,7 @@ void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t strea
 template <class T>
 void launch_dot(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
-// Writes p.dq = p.dq_accum rounded to T for every row of every sequence (any head dim).
+// Writes p.dq = p.scale · p.dq_accum rounded to T for every row of every sequence (any head dim).
 template <class T>
 void launch_dq_convert(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 

@@ -178,9 +178,10 @@ __host__ __device__ inline bool backward_extras(const CommonParams& p) {
   return uses_score_options(p) || uses_block_mask(p);
 }
 // Returns whether a call runs the forward kernel's variant with the options' code (forward_variant):
-// as the backward, and for a scale the plain variant cannot take.
+// as the backward, for a scale the plain variant cannot take, and for paged K/V (the plain variant
+// has only the contiguous K/V loader: the paged one's state cost its 64-key tiles registers).
 __host__ __device__ inline bool forward_extras(const CommonParams& p) {
-  return backward_extras(p) || !plain_forward_scale(p);
+  return backward_extras(p) || !plain_forward_scale(p) || p.block_table != nullptr;
 }
 
 // Returns the ALiBi slope of query head h in sequence s (0 when off).

@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dot_kernel(const BackwardPar
   if (lane == 0) st(p.dot + lse_index(p, si, h, i), acc);
 }
 
-// dq[row, h, :] = dq_accum[row, h, :] rounded to T, one warp per row.
+// dq[row, h, :] = scale · dq_accum[row, h, :] rounded to T, one warp per row (the dK/dV kernel adds
+// the unscaled dS·K).
 template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const BackwardParams p) {
   const WarpRow w = warp_row(p);
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const Back
   const int64_t i = w.i;
   const float* acc = p.dq_accum + ((si.batch * p.q_seq + si.q_start + i) * p.heads_q + h) * p.dim;
   T* dq = static_cast<T*>(p.dq.data) + p.dq.offset(si.batch, si.q_start + i, h);
-  for (int x = lane; x < p.dim; x += kWarpSize) st(dq + x, Elem<T>::from_float(ld(acc + x)));
+  for (int x = lane; x < p.dim; x += kWarpSize) st(dq + x, Elem<T>::from_float(p.scale * ld(acc + x)));
 }
 
 // Split-KV combine, one warp per (row, query head): out and lse from the num_splits fp32 partials by

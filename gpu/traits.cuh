@@ -17,7 +17,9 @@ constexpr int kMaxSmemSm80 = 163 * 1024;  // largest dynamic shared memory a blo
 // thread (kSplit = 1 up to dv 256; 4 for MLA's dv 512). Two m-tiles per warp (dv ≤ 128: 128-row
 // blocks) let every K and V fragment read by ldmatrix feed two HMMAs; d = 256 and dv = 512 keep one
 // (their O alone takes 128 registers per m-tile), and so does the variant with the options' code
-// (kExtras) above d = 64, where two m-tiles spill. K/V tiles of kBc keys, double-buffered.
+// (kExtras) above d = 64, where two m-tiles spill. K/V tiles of kBc keys, double-buffered: 64 up to
+// d = 128 (FlashAttention-2's tile at d = 128: barriers, waits, row-maximum reductions and Q
+// fragment reads per key halve against 32), 32 above, where O alone takes 128 registers per m-tile.
 template <int D, int DV = D, bool kExtras = false>
 struct ForwardTraits {
   static constexpr int kThreads = kThreadsPerBlock;
@@ -26,8 +28,7 @@ struct ForwardTraits {
   static constexpr int kBr = kWarps / kSplit * kMmaRows * kRowTiles;
   static constexpr int kOCols = DV / kSplit;
   static_assert(kOCols % 16 == 0, "each warp's O columns must be whole ldmatrix pairs");
-  // d = 96 and 128 with two m-tiles, d = 256: S of 64 keys would spill next to O
-  static constexpr int kBc = (D <= 64 && DV <= 64) || (kRowTiles == 1 && D <= 128 && DV <= 128) ? 64 : 32;
+  static constexpr int kBc = D <= 128 && DV <= 128 ? 64 : 32;
   static constexpr int kSmemBytes =
       TileLayout<kBr, D>::kBytes + 2 * TileLayout<kBc, D>::kBytes + 2 * TileLayout<kBc, DV>::kBytes;
   static_assert(kSmemBytes <= kMaxSmemSm80, "forward tiles exceed shared memory");
@@ -50,25 +51,32 @@ constexpr ForwardShape forward_shape(bool extras) {
 // warps of a slab each accumulate D/kSplit columns of dK and dV, which bounds the two accumulators
 // to D/kSplit registers per thread.
 //
-// kShare (kSplit > 1 with whole 16-query steps per warp: d = 96, 128): the kSplit warps of a slab
-// also split the slab's Sᵀ and dPᵀ by query columns (kQPart each) and exchange Pᵀ∘Z and dSᵀ through
-// shared memory ([key][query], rounded to T as they enter the tensor cores), instead of each warp
-// recomputing the slab's whole Sᵀ and dPᵀ. Otherwise one warp holds all kBr query columns (kSplit 1:
-// Pᵀ and dSᵀ stay in registers; d = 256: every split warp recomputes them) and only dSᵀ goes to
-// shared memory, for the dQ step.
+// The plain variant (no options' code) at d = 96/128: kSplit 1 over 8 warps, so a block holds 128
+// keys and adds each dQ element once per 128 keys (FlashAttention-2's count); each warp keeps all
+// d columns of dK and dV (128 registers at d = 128) beside Sᵀ and dPᵀ of its 16 keys. The H100 run
+// of the 64-key blocks (two warps per slab) found the backward issuing twice FA2's instructions per
+// FLOP: every per-step cost (barriers, the element loop's setup, the dQ step's dSᵀ fragments) was
+// paid per 64 keys.
+//
+// kShare (kSplit > 1 with whole 16-query steps per warp: the options' variants at d = 96, 128): the
+// kSplit warps of a slab also split the slab's Sᵀ and dPᵀ by query columns (kQPart each) and
+// exchange Pᵀ∘Z and dSᵀ through shared memory ([key][query], rounded to T as they enter the tensor
+// cores), instead of each warp recomputing the slab's whole Sᵀ and dPᵀ; 8 warps hold 64 keys.
+// Otherwise one warp holds all kBr query columns (kSplit 1: Pᵀ and dSᵀ stay in registers; d = 256:
+// every split warp recomputes them) and only dSᵀ goes to shared memory, for the dQ step.
 //
 // Query blocks of 64 rows up to d = 128 (32 above): the Q and dO fragments a warp reads for Sᵀ and
-// dPᵀ then serve twice the HMMAs per key fragment, and the dQ step gives each warp 16 rows and all
-// d columns (docs/gpu.md, "Performance model"). Every variant has the same shapes (kExtras, the
-// options' code, changes registers only: with kShare's halved Sᵀ/dPᵀ the d = 96/128 options
-// variants fit 64-row blocks without spilling, which they did not when each warp held all of them).
+// dPᵀ then serve twice the HMMAs per key fragment, and the dQ step gives each warp 16 rows and
+// D/kQSplit columns (docs/gpu.md, "Performance model"). The options' variants keep 64-key blocks
+// (their code does not fit beside whole-d accumulators; block masks mark loaded rows in 64 bits),
+// so a call's grid follows its variant (backward_shape).
 template <int D, int DV = D, bool kExtras = false>
 struct BackwardTraits {
-  static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : D <= 128 && DV <= 128 ? 2 : 4;
-  // Warps per block: 8 where two warps share a 16-key slab (64 < d ≤ 128), so a block holds 64 keys
-  // and adds each dQ element once per 64 keys (one block of 4 warps held 32 keys: the H200 found
-  // those reductions the backward's limit, docs/gpu.md); 4 elsewhere.
-  static constexpr int kBlockWarps = kSplit == 2 ? 2 * kWarps : kWarps;
+  static constexpr bool kWide = D <= 128 && DV <= 128 && (D > 64 || DV > 64);  // d = 96, 128
+  static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : kWide ? (kExtras ? 2 : 1) : 4;
+  // Warps per block: 8 at d = 96/128 (64 keys as two warps per 16-key slab with the options' code,
+  // 128 keys as one warp per slab without); 4 elsewhere.
+  static constexpr int kBlockWarps = kWide ? 2 * kWarps : kWarps;
   static constexpr int kThreads = kBlockWarps * kWarpSize;
   static constexpr int kBc = kBlockWarps / kSplit * kMmaRows;
   static constexpr int kBr = D <= 128 && DV <= 128 ? 64 : 32;
@@ -92,12 +100,16 @@ struct BackwardTraits {
   static_assert(kSmemBytes <= kMaxSmemSm80, "backward tiles exceed shared memory");
 };
 
-// Returns the dynamic shared memory of the dK/dV variant with (extras) or without the options' code
-// (both have the same key block kBc, so the same grid).
+// The launch shape of a dK/dV variant: keys per block, threads per block, dynamic shared memory.
+struct BackwardShape {
+  int bc = 0, threads = 0, smem = 0;
+};
+// Returns the launch shape of the dK/dV variant with (extras) or without the options' code.
 template <int D, int DV>
-constexpr int backward_smem(bool extras) {
-  static_assert(BackwardTraits<D, DV, true>::kBc == BackwardTraits<D, DV, false>::kBc, "one grid for the variants");
-  return extras ? BackwardTraits<D, DV, true>::kSmemBytes : BackwardTraits<D, DV, false>::kSmemBytes;
+constexpr BackwardShape backward_shape(bool extras) {
+  using E = BackwardTraits<D, DV, true>;
+  using P = BackwardTraits<D, DV, false>;
+  return extras ? BackwardShape{E::kBc, E::kThreads, E::kSmemBytes} : BackwardShape{P::kBc, P::kThreads, P::kSmemBytes};
 }
 
 // Deterministic dQ kernel: like the forward, a block owns kBr query rows (16 per warp) and streams

@@ -66,12 +66,12 @@ void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
 
 template <int D, int DV, class T>
 void run_backward(const BackwardParams& p, const Extents& e, bool deterministic) {
-  using Tr = BackwardTraits<D, DV>;
+  const BackwardShape shape = backward_shape<D, DV>(backward_extras(p));
   emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
   if (p.dsinks) emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
   if (p.dbias.data) emu::launch(dbias_kernel<T>, grid(dbias_blocks(p), p.dbias_heads, p.dbias_batch), kThreadsPerBlock, 0, p);
-  emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(e.max_k_rows, Tr::kBc), p.heads_k, e.nseq), Tr::kThreads,
-              backward_smem<D, DV>(backward_extras(p)), p, !deterministic);
+  emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(e.max_k_rows, shape.bc), p.heads_k, e.nseq), shape.threads,
+              shape.smem, p, !deterministic);
   if (deterministic)
     emu::launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>,
                 grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,
