@@ -74,9 +74,9 @@ template <int D, int DV = D, bool kExtras = false>
 struct BackwardTraits {
   static constexpr bool kWide = D <= 128 && DV <= 128 && (D > 64 || DV > 64);  // d = 96, 128
   static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : kWide ? (kExtras ? 2 : 1) : 4;
-  // Warps per block: 8 at d = 96/128 (64 keys as two warps per 16-key slab with the options' code,
-  // 128 keys as one warp per slab without); 4 elsewhere.
-  static constexpr int kBlockWarps = kWide ? 2 * kWarps : kWarps;
+  // Warps per block: 8 up to d = 128 without the options' code (128 keys, one warp per slab), and
+  // at d = 96/128 with it (64 keys, two warps per slab); 4 elsewhere.
+  static constexpr int kBlockWarps = (!kExtras && D <= 128 && DV <= 128) || kWide ? 2 * kWarps : kWarps;
   static constexpr int kThreads = kBlockWarps * kWarpSize;
   static constexpr int kBc = kBlockWarps / kSplit * kMmaRows;
   static constexpr int kBr = D <= 128 && DV <= 128 ? 64 : 32;

@@ -81,12 +81,12 @@ TEST_CASE("gpu-emulated forward and backward: zero, negative and subnormal scale
 
 }  // namespace
 
-// The tile shapes at d = 96/128: the forward's 64-key tiles (full tiles found by full_tiles, cut ones
-// by the element tests) and the plain dK/dV variant's 128-key blocks (one warp per 16-key slab, dQ
-// added once per 128 keys). Random cases rarely reach several key blocks at these dims; here every
+// The plain variants' tile shapes: the forward's 64-key tiles (full tiles found by full_tiles, cut
+// ones by the element tests) and the dK/dV kernel's 128-key blocks up to d = 128 (one warp per
+// 16-key slab, dQ added once per 128 keys). Random cases rarely reach several key blocks at these dims; here every
 // case has three or more, a last block cut by the sequence's end, and queries past the last whole
 // query block; window edges and the causal diagonal cut tiles in the middle of the key range.
-TEST_CASE("gpu-emulated forward and backward: several 64-key tiles and 128-key blocks at d = 96 and 128") {
+TEST_CASE("gpu-emulated forward and backward: several 64-key tiles and 128-key blocks, d = 32 to 128") {
   struct Shape {
     int64_t nq, nk, group, left, right;
     bool causal;
@@ -98,11 +98,11 @@ TEST_CASE("gpu-emulated forward and backward: several 64-key tiles and 128-key b
       {130, 390, 1, 70, 40, false, {}, {}},   // a window: full tiles between two cut edges
       {0, 0, 1, -1, -1, true, {150, 40}, {270, 130}},  // varlen: a block spans no sequence end
   };
-  for (int dim : {96, 128})
+  for (int dim : {32, 64, 96, 128})
     for (const Shape& sh : shapes) {
       props::Case c;
       c.dim = dim;
-      c.dtype = dim == 96 ? flashattn::DType::f16 : flashattn::DType::bf16;
+      c.dtype = dim % 64 == 32 ? flashattn::DType::f16 : flashattn::DType::bf16;
       c.heads_k = 2;
       c.group = sh.group;
       c.causal = sh.causal;
