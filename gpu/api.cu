@@ -309,7 +309,7 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
 
 size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic) {
   using namespace detail;
-  return sizeof(float) * (dot_count(a) + (deterministic ? 0 : dq_accum_count(a)));
+  return sizeof(float) * (2 * dot_count(a) + (deterministic ? 0 : dq_accum_count(a)));
 }
 
 void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
@@ -329,9 +329,10 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   if (dbias_blocks(p) > kMaxGridX) fail("dbias needs ", dbias_blocks(p), " blocks, above the CUDA grid limit ", kMaxGridX);
   if (e.max_k_rows == 0 && e.max_q == 0 && !a.dsinks && !p.dbias.data) return;
 
-  DeviceBuffer dot(sizeof(float) * dot_count(a), stream);
+  DeviceBuffer dot(sizeof(float) * 2 * dot_count(a), stream);  // D, then LSE·log2(e)
   DeviceBuffer dq_accum(deterministic ? 0 : sizeof(float) * dq_accum_count(a), stream);
   p.dot = dot.get();
+  p.lse2 = p.dot + dot_count(a);
   p.dq_accum = dq_accum.get();
   if (p.dq_accum)
     check_cuda(cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * dq_accum_count(a), stream), "cudaMemsetAsync (dq_accum)");
@@ -339,7 +340,7 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
   dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;
-    launch_dot<T>(p, e.max_q, stream);                 // D = rowsum(dO∘O)
+    launch_dot<T>(p, e.max_q, stream);                 // D = rowsum(dO∘O), LSE·log2(e)
     if (p.dsinks) launch_dsinks(p, stream);            // dsinks from D and LSE
     if (p.dbias.data) launch_dbias<T>(p, stream);      // dbias from D and LSE, no atomics
     launch_backward<D, DV, T>(p, e.max_k_rows, stream);  // dK, dV (and dQ_accum by atomics)

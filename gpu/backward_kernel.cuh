@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
@@ -76,7 +78,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   T* sdO = sQ + 2 * QL::kElems;  // [2][Br][stride]
   T* sdSt = sdO + 2 * OL::kElems;  // dSᵀ [Bc][Br + pad], rounded to T
   T* sPt = sdSt + PL::kElems;      // Pᵀ∘Z [Bc][Br + pad] (kShare only)
-  float* sLse = reinterpret_cast<float*>(sPt + (Tr::kShare ? PL::kElems : 0));  // [2][Br]
+  float* sLse = reinterpret_cast<float*>(sPt + (Tr::kShare ? PL::kElems : 0));  // [2][Br] LSE·log2(e)
   float* sDot = sLse + 2 * Br;                               // [2][Br]
 
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     for (int r = tid; r < Br; r += Tr::kThreads) {
       const bool ok = r < valid;
       const int64_t idx = ok ? lse_index(p, si, hq, i0 + r) : 0;
-      cp_async_4(sLse + buf * Br + r, p.lse + idx, ok);
+      cp_async_4(sLse + buf * Br + r, p.lse2 + idx, ok);
       cp_async_4(sDot + buf * Br + r, p.dot + idx, ok);
     }
   };
@@ -189,8 +191,10 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     }
     // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
     uint32_t block_hidden = 0;
+    bool block_partial = false;
     if constexpr (kBlockSparse) {
-      if (block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full)
+      block_partial = block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full;
+      if (block_partial)
         block_hidden = block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
           i = i0 + q0 + nb * kMmaCols + 2 * t + e % 2;
           j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
@@ -199,28 +203,39 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0 + q0, lane)
                                   : ~0u;
+    // The plain variant has two copies of the element loop, chosen once per step (as the forward):
+    // a partial tile tests every element against the mask, a full one none (a row that saw no key
+    // in the forward has lse2 = +inf, so its P = exp2(s − lse2) is 0 without a test). The options'
+    // variants keep one, which tests every element (their registers have no room for a second).
+    auto elements = [&](auto masked) {
 #pragma unroll
-    for (int nb = 0; nb < kQTiles; ++nb)
+      for (int nb = 0; nb < kQTiles; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int il = q0 + nb * kMmaCols + 2 * t + e % 2;  // query row within the block
-        const int64_t i = i0 + il, j = key[e / 2];
-        float th = 0;
-        const float lse = ld(tLse + il);
-        const bool seen = lse != -INFINITY && lo[e / 2] <= il && il < hi[e / 2] &&
-                          !((block_hidden >> (4 * nb + e)) & 1u);
-        // (the variant without the options' code: exp2(acc·scale2 − LSE·log2(e)) in one FFMA and ex2,
-        // as the forward's plain variant; the bias is read only for seen elements)
-        const float pr = seen ? exp2_ftz(kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) - lse * kLog2e
-                                                 : fmaf(acc_s[nb][e], score.scale2, -(lse * kLog2e)))
-                              : 0.0f;
-        const bool kept = (keep >> (4 * nb + e)) & 1u;
-        const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
-        float ds = pr * (dp - ld(tDot + il));
-        if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
-        acc_s[nb][e] = kept ? pr : 0.0f;
-        acc_dp[nb][e] = ds;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int il = q0 + nb * kMmaCols + 2 * t + e % 2;  // query row within the block
+          const int64_t i = i0 + il, j = key[e / 2];
+          float th = 0;
+          const float lse2 = ld(tLse + il);
+          bool seen = true;
+          if constexpr (decltype(masked)::value)
+            seen = lse2 != INFINITY && lo[e / 2] <= il && il < hi[e / 2] && !((block_hidden >> (4 * nb + e)) & 1u);
+          // (the variant without the options' code: exp2(acc·scale2 − lse2) in one FFMA and ex2, as
+          // the forward's plain variant; the bias is read only for seen elements)
+          const float pr = seen ? exp2_ftz(kExtras ? score(acc_s[nb][e], i, j, bias(i, j), th) - lse2
+                                                   : fmaf(acc_s[nb][e], score.scale2, -lse2))
+                                : 0.0f;
+          const bool kept = (keep >> (4 * nb + e)) & 1u;
+          const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
+          float ds = pr * (dp - ld(tDot + il));
+          if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
+          acc_s[nb][e] = kept ? pr : 0.0f;
+          acc_dp[nb][e] = ds;
+        }
+    };
+    if (kExtras || partial || block_partial)
+      elements(std::true_type{});
+    else
+      elements(std::false_type{});
 
     // Pᵀ∘Z and dSᵀ of this warp's queries, rounded to T, to shared memory as [key][query]: with
     // kShare the slab's other warps read them for their dV/dK columns; dSᵀ also feeds the dQ step

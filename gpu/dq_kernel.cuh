@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "block_sparse.cuh"
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
@@ -17,8 +19,10 @@
 
 namespace flashattn::gpu::detail {
 
-// kBlockSparse: the block-mask code is compiled in (as the forward's).
-template <int D, int DV, class T, bool kBlockSparse>
+// kExtras: the code of the bias, dropout, softcap and ALiBi is compiled in; without it (calls that
+// use none of them: backward_extras) P = exp2(acc·scale·log2 e − LSE·log2 e) is one FFMA and ex2,
+// as in the dK/dV kernel's plain variant. kBlockSparse: the block-mask code (only with kExtras).
+template <int D, int DV, class T, bool kExtras, bool kBlockSparse>
 __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const BackwardParams p) {
   using Tr = DqTraits<D, DV>;
   constexpr int Br = Tr::kBr, Bc = Tr::kBc;
@@ -119,23 +123,38 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
           j = c0 + nb * kMmaCols + 2 * t + e % 2;
         });
     }
-    const bool dropout = p.dropout_p > 0;
+    const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_rows<kNTiles>(drop, row, c0, lane) : ~0u;
+    // The plain variant has two copies of the element loop, chosen once per tile: a partial tile
+    // tests every element, a full one none (a row that saw no key has lse2 = +inf: P = 0 without a
+    // test). The options' variants keep one (a second spilled: 104 B at d = 128).
+    auto elements = [&](auto masked) {
 #pragma unroll
-    for (int nb = 0; nb < kNTiles; ++nb)
+      for (int nb = 0; nb < kNTiles; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
-        float th = 0;
-        const bool seen = (!partial || (i < m.seqlen_q && m.visible(i, j))) &&
-                          !((block_hidden >> (4 * nb + e)) & 1u);
-        const float pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
-        const bool kept = (keep >> (4 * nb + e)) & 1u;
-        const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
-        float ds = pr * (dp - dot[e / 2]);
-        if (p.softcap > 0) ds *= 1.0f - th * th;
-        acc_dp[nb][e] = ds;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
+          float th = 0;
+          bool seen = true;
+          if constexpr (decltype(masked)::value)
+            seen = ((kExtras && !partial) || (i < m.seqlen_q && m.visible(i, j))) &&
+                   !((block_hidden >> (4 * nb + e)) & 1u);
+          float pr = 0.0f;
+          if constexpr (kExtras)
+            pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
+          else
+            pr = seen ? exp2_ftz(fmaf(acc_s[nb][e], score.scale2, -lse2[e / 2])) : 0.0f;
+          const bool kept = (keep >> (4 * nb + e)) & 1u;
+          const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
+          float ds = pr * (dp - dot[e / 2]);
+          if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
+          acc_dp[nb][e] = ds;
+        }
+    };
+    if (kExtras || partial)
+      elements(std::true_type{});
+    else
+      elements(std::false_type{});
 
     // dQ += dS·K (dS rounded to T; scaled at the end)
 #pragma unroll
@@ -165,6 +184,15 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
       st(reinterpret_cast<uint32_t*>(qrow + nd * kMmaCols + 2 * t),
          Elem<T>::pack(p.scale * acc_dq[nd][2 * r], p.scale * acc_dq[nd][2 * r + 1]));
   }
+}
+
+// Returns the dq kernel variant of a call: with the block-mask code (and the options') when it has a
+// block mask, with the options' code when it uses one (backward_extras), else the plain one. Every
+// variant has the shape DqTraits<D, DV>.
+template <int D, int DV, class T>
+auto dq_variant(const BackwardParams& p) {
+  if (uses_block_mask(p)) return dq_kernel<D, DV, T, true, true>;
+  return backward_extras(p) ? dq_kernel<D, DV, T, true, false> : dq_kernel<D, DV, T, false, false>;
 }
 
 }  // namespace flashattn::gpu::detail

@@ -47,7 +47,7 @@ void launch_backward(const BackwardParams& p, int64_t max_k_rows, cudaStream_t s
 template <int D, int DV, class T>
 void launch_dq(const BackwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
   using Tr = DqTraits<D, DV>;
-  launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>, ceil_div(max_seqlen_q, Tr::kBr),
+  launch(dq_variant<D, DV, T>(p), ceil_div(max_seqlen_q, Tr::kBr),
          p.heads_q, p.num_sequences, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 

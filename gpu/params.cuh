@@ -90,6 +90,9 @@ struct BackwardParams : CommonParams {
   const float* lse = nullptr;  // [B, Hq, q_seq]
   View dq, dk, dv;
   float* dot = nullptr;       // scratch D = rowsum(dO∘O), laid out like lse
+  // scratch LSE·log2(e), laid out like lse; +inf where LSE = −inf (a row that saw no key), so that
+  // P = exp2(s − lse2) is 0 there with no test: written by dot_kernel, read by the dK/dV kernel
+  float* lse2 = nullptr;
   float* dq_accum = nullptr;  // scratch fp32 dQ [B or 1, q_seq, heads_q, dim] contiguous, or null
   float* dsinks = nullptr;    // [heads_q] or null (needs sinks)
   // d loss / d bias with bias's sizes (its own strides and dtype), or null data.

@@ -49,7 +49,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dot_kernel(const BackwardPar
   float acc = 0;
   for (int x = lane; x < p.dim_v; x += kWarpSize) acc += Elem<T>::to_float(ld(o + x)) * Elem<T>::to_float(ld(d + x));
   acc = warp_sum(acc);
-  if (lane == 0) st(p.dot + lse_index(p, si, h, i), acc);
+  if (lane == 0) {
+    const int64_t li = lse_index(p, si, h, i);
+    st(p.dot + li, acc);
+    const float lse = ld(p.lse + li);
+    st(p.lse2 + li, lse == -INFINITY ? INFINITY : lse * kLog2e);
+  }
 }
 
 // dq[row, h, :] = scale · dq_accum[row, h, :] rounded to T, one warp per row (the dK/dV kernel adds

@@ -74,9 +74,11 @@ template <int D, int DV = D, bool kExtras = false>
 struct BackwardTraits {
   static constexpr bool kWide = D <= 128 && DV <= 128 && (D > 64 || DV > 64);  // d = 96, 128
   static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : kWide ? (kExtras ? 2 : 1) : 4;
-  // Warps per block: 8 up to d = 128 without the options' code (128 keys, one warp per slab), and
-  // at d = 96/128 with it (64 keys, two warps per slab); 4 elsewhere.
-  static constexpr int kBlockWarps = (!kExtras && D <= 128 && DV <= 128) || kWide ? 2 * kWarps : kWarps;
+  // Warps per block: 8 at d = 96/128 (128 keys, one warp per slab, without the options' code; 64
+  // keys, two warps per slab, with it); 4 elsewhere. (d = 32/64 with 8 warps and 128 keys ran 1-3 %
+  // slower on the H100: one 8-warp block per SM stalls all its warps at each barrier, where two
+  // 4-warp blocks cover each other's; that cost 17 %, halving the dQ reductions bought back 14 %.)
+  static constexpr int kBlockWarps = kWide ? 2 * kWarps : kWarps;
   static constexpr int kThreads = kBlockWarps * kWarpSize;
   static constexpr int kBc = kBlockWarps / kSplit * kMmaRows;
   static constexpr int kBr = D <= 128 && DV <= 128 ? 64 : 32;

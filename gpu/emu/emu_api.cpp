@@ -73,7 +73,7 @@ void run_backward(const BackwardParams& p, const Extents& e, bool deterministic)
   emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(e.max_k_rows, shape.bc), p.heads_k, e.nseq), shape.threads,
               shape.smem, p, !deterministic);
   if (deterministic)
-    emu::launch(uses_block_mask(p) ? dq_kernel<D, DV, T, true> : dq_kernel<D, DV, T, false>,
+    emu::launch(dq_variant<D, DV, T>(p),
                 grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,
                 DqTraits<D, DV>::kSmemBytes, p);
   else
@@ -148,8 +148,10 @@ void backward(const BackwardArgs& a, bool deterministic) {
   if (!unsupported(a.q.dtype, a.q.dim, a.v.dim, true).empty()) return;
   BackwardParams p;
   fill(p, a, e.nseq);
-  Scratch dot(dot_count(a), "D (dot scratch)"), dq_accum(deterministic ? 0 : dq_accum_count(a), "dq_accum");
+  Scratch dot(dot_count(a), "D (dot scratch)"), lse2(dot_count(a), "LSE·log2(e) (lse2 scratch)"),
+      dq_accum(deterministic ? 0 : dq_accum_count(a), "dq_accum");
   p.dot = dot.data();
+  p.lse2 = lse2.data();
   p.dq_accum = dq_accum.data();
   dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto v, auto t) {
     run_backward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, e, deterministic);

@@ -33,7 +33,8 @@ void forward(const ForwardArgs& a, cudaStream_t stream = nullptr);
 void backward(const BackwardArgs& a, cudaStream_t stream = nullptr, bool deterministic = false);
 
 // Returns the bytes of device scratch a backward call allocates (stream-ordered) beyond its inputs
-// and outputs: D = rowsum(dO∘O), plus the fp32 dQ accumulator unless deterministic.
+// and outputs: D = rowsum(dO∘O) and LSE·log2(e) per row, plus the fp32 dQ accumulator unless
+// deterministic.
 size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic = false);
 
 // Returns why the GPU backend cannot run a call with this dtype, query/key head dim and value head
