@@ -304,7 +304,9 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_sum(row_sum[mt][r]);
-      const bool empty = row_max[mt][r] == -INFINITY;
+      // A row whose every visible score is NaN (a NaN query row) keeps max −inf (fmaxf drops NaN)
+      // but a NaN sum: it is NaN, not empty (O and LSE NaN, never the empty row's 0 and −∞).
+      const bool empty = row_max[mt][r] == -INFINITY && sum == sum;  // (sum != sum: NaN)
       const float inv = empty ? 0.0f : out_scale / sum;
       const int64_t i = row_of(mt, r);
       if (i >= m.seqlen_q) continue;

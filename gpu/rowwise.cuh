@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dq_convert_kernel(const Back
 // Split-KV combine, one warp per (row, query head): out and lse from the num_splits fp32 partials by
 // flashattn::merge's formula (docs/semantics.md), m = max LSE_s, w_s = exp(LSE_s − m),
 // O = Σ w_s·O_s / Σ w_s, LSE = m + ln Σ w_s, summed in split order; rows empty in every split get
-// O = 0 and LSE = −inf.
+// O = 0 and LSE = −inf; a NaN partial LSE makes the row's O and LSE NaN.
 template <class T>
 __global__ void __launch_bounds__(kThreadsPerBlock) combine_kernel(const ForwardParams p) {
   const WarpRow w = warp_row(p);
@@ -83,8 +83,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) combine_kernel(const Forward
   const int h = w.h, lane = w.lane;
   const int64_t i = w.i;
   const int64_t li = lse_index(p, si, h, i);
-  float mx = -INFINITY;
-  for (int sp = 0; sp < p.num_splits; ++sp) mx = fmaxf(mx, ld(p.lse_part + sp * p.part_rows + li));
+  float mx = -INFINITY;  // NaN if a split's LSE is NaN (fmaxf would drop it): the row is then NaN, as unsplit
+  for (int sp = 0; sp < p.num_splits; ++sp) {
+    const float l = ld(p.lse_part + sp * p.part_rows + li);
+    mx = l > mx || l != l ? l : mx;
+  }
   auto weight = [&](int sp) { return mx == -INFINITY ? 0.0f : expf(ld(p.lse_part + sp * p.part_rows + li) - mx); };
   float wsum = 0;
   for (int sp = 0; sp < p.num_splits; ++sp) wsum += weight(sp);

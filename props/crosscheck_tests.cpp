@@ -159,6 +159,10 @@ TEST_CASE("K/V rows, bias entries and bits of blocks a block mask skips are neve
   }());
 }
 
+TEST_CASE("a NaN input damages only its (sequence, key head) group, and every row that reads it") {
+  for_each_implementation("nan-contained", check_nan_contained, false, kRepeatCases, block_space());
+}
+
 TEST_CASE("case lines parse back to the same case") {
   check("case-roundtrip", [] {
     CaseSpace space;
@@ -193,6 +197,8 @@ TEST_CASE("replay" * doctest::skip(replay_line() == nullptr) *
     CHECK_MESSAGE(rep.empty(), rep);
     const std::string unread = check_unlisted_unread(*impl, c);
     CHECK_MESSAGE(unread.empty(), unread);
+    const std::string contained = check_nan_contained(*impl, c);
+    CHECK_MESSAGE(contained.empty(), contained);
   }
 }
 

@@ -250,7 +250,13 @@ flashattn::ForwardArgs Instance::base_args() {
   if (c.dropout_p != 0) {
     a.dropout_p = c.dropout_p;
     a.dropout_seed = c.seed * 0x9E3779B97F4A7C15ull;  // all 64 bits in use
-    a.dropout_offset = c.seed % 1000;
+    // Streams (offset + s·Hq + h) below 2^32, crossing it, above it and wrapping past 2^64: an
+    // implementation that drops the counter's high word (long training runs reach such offsets)
+    // draws other keep bits than the definition's.
+    const uint64_t small = c.seed % 1000;
+    const uint64_t offsets[] = {small, (uint64_t{1} << 32) - 1 - small % 4, (uint64_t{5} << 32) + small,
+                                ~uint64_t{0} - small % 4};
+    a.dropout_offset = offsets[(c.seed >> 12) % 4];
   }
   return a;
 }

@@ -39,9 +39,16 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gpu_emu_checks.cpp PROPERTIES
                               COMPILE_DEFINITIONS FLASHATTN_GPU_EMULATE INCLUDE_DIRECTORIES "${CUDAToolkit_INCLUDE_DIRS}")
   target_compile_options(flashattn_props_gpu_emu PRIVATE -Wall -Wextra)
-  # The block-sparse cases (props_gpu_emu_block_mask.cpp, fixed cases) run as their own entry.
-  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated block-sparse:*")
+  # Three entries, so that ctest -j runs them side by side: the shared properties (every registered
+  # implementation: the cross-checks, repeatability, containment), the emulator's own cases
+  # ("gpu-emulated …": inference, bias/dropout, schedules, tile edges, multi-tile pipelines) and the
+  # block-sparse cases (props_gpu_emu_block_mask.cpp, fixed cases). A mutant's kill regex names the
+  # first two together: ^flashattn_props_gpu_emu(_cases)?$.
+  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated*")
   set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25;FLASHATTN_EMU_SCHEDULES=3")
+  add_test(NAME flashattn_props_gpu_emu_cases COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated*"
+           "--test-case-exclude=gpu-emulated block-sparse:*")
+  set_tests_properties(flashattn_props_gpu_emu_cases PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25;FLASHATTN_EMU_SCHEDULES=3")
   add_test(NAME flashattn_props_gpu_emu_block_mask COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated block-sparse:*")
   set_tests_properties(flashattn_props_gpu_emu_block_mask PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_EMU_SCHEDULES=2")
   # The oracle properties again with the emulator rounding as the hardware may (FLASHATTN_EMU_NUMERICS=

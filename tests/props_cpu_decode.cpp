@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -225,4 +226,44 @@ TEST_CASE("cpu decode: every num_splits agrees with the oracle, and with tiny ke
       RC_ASSERT(j.first_failure() == "");
     }
   }, 40);
+}
+
+// A NaN in one key of a decode call: in whichever split it falls, every row that reads it is NaN (out
+// and LSE) with num_splits as unsplit — a NaN partial never drops out of the split combine, also
+// when another split is empty for the row or holds finite values — and no other row changes.
+TEST_CASE("cpu decode: a NaN key in any split makes the rows that read it NaN, as unsplit") {
+  props::check("cpu-decode-nan-split", [] {
+    DecodeCase dc = gen_decode_case();
+    dc.sinks = false;
+    RC_PRE(dc.nk >= 2);
+    const int64_t b = *rc::gen::inRange<int64_t>(0, dc.B);
+    RC_PRE(dc.seqlens[b] > 0);
+    const int64_t j = *rc::gen::element<int64_t>(0, *rc::gen::inRange<int64_t>(0, dc.seqlens[b]));
+    const int64_t hk = *rc::gen::inRange<int64_t>(0, dc.hk);
+    DecodeCall call(dc);
+    flashattn::cpu::Config cfg;
+    cfg.block_k = *rc::gen::element(5, 16);  // small key tiles: several splits over short caches
+    RC_LOG() << dc.describe() << " nan key b=" << b << " j=" << j << " hk=" << hk << " block_k=" << cfg.block_k << "\n";
+    call.c.splits = 1;
+    const std::vector<uint32_t> clean = call.run(false, cfg);
+    flashattn::ForwardArgs a = call.args(false);
+    flashattn::store_from_float(const_cast<void*>(a.k.data), a.k.dtype, a.k.offset(b, j, hk), NAN);
+    const std::vector<uint32_t> unsplit = call.run(false, cfg);
+    const int64_t hq = dc.hk * dc.g, lse0 = static_cast<int64_t>(call.out.size());
+    for (int64_t splits : {int64_t{2}, int64_t{3}, dc.nk + 3}) {
+      call.c.splits = splits;
+      const std::vector<uint32_t> split = call.run(false, cfg);
+      for (int64_t bb = 0; bb < dc.B; ++bb)
+        for (int64_t h = 0; h < hq; ++h)
+          for (int64_t i = 0; i < dc.nq; ++i) {
+            const int64_t li = lse0 + (bb * hq + h) * dc.nq + i;
+            float l_unsplit, l_split;
+            std::memcpy(&l_unsplit, &unsplit[li], 4);
+            std::memcpy(&l_split, &split[li], 4);
+            RC_ASSERT(std::isnan(l_unsplit) == std::isnan(l_split));
+            if (bb != b || h / dc.g != hk) RC_ASSERT(unsplit[li] == clean[li]);
+          }
+      RC_LOG() << "splits " << splits << " ok\n";
+    }
+  }, 60);
 }

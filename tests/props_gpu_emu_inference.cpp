@@ -8,6 +8,7 @@
 //   a fixed num_splits gives the same bits on every call;
 //   backward with sinks (the dsinks kernel) and dv != d is judged by the tolerance rule, with the
 //   deterministic dQ kernel and with atomic dQ.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 
 #include "emu/emu_api.hpp"
 #include "emu/props_calls.hpp"
+#include "flashattn/convert.hpp"
+#include "flashattn/problem.hpp"
 #include "props/check.hpp"
 #include "props/inference.hpp"
 
@@ -60,6 +63,55 @@ TEST_CASE("gpu-emulated inference backward: sinks (dsinks) and dv != d agree wit
       if (!failure.empty())
         RC_FAIL(std::string(deterministic ? "deterministic: " : "atomic dQ: ") + failure + " | " + s.describe());
     }
+  }, kCases);
+}
+
+// Split-KV at the combine's edge cases: a sequence with no key (its rows empty in every split: O = 0,
+// LSE = −∞ exactly, never NaN) beside one long enough for several splits, then NaN in one key of the
+// long sequence — in whichever split it falls, every row that reads it is NaN with num_splits as
+// unsplit (a NaN partial never drops out of the combine), and rows of the other sequence keep their bits.
+TEST_CASE("gpu-emulated split-KV: rows empty in every split, and a NaN key in any split, as unsplit") {
+  props::check("gpu-emulated/split-edges", [] {
+    props::InferenceSpec s = *props::gen_inference(0, props::InferenceDims::gpu);
+    s.sinks = false;  // a sink makes no row empty
+    s.share_prefix = false;  // sequence 0 has no keys to share
+    s.batch = 2;
+    s.lengths = {0, *rc::gen::element<int32_t>(65, 66, 130, 299)};  // 65: a causal row may read one split only
+    s.num_splits = *rc::gen::inRange<int64_t>(2, 6);
+    s.causal = true;  // early rows of the long sequence read fewer splits, down to one
+    props::InferenceProblem p(s);
+    RC_ASSERT(props::check_inference_forward(p, flashattn::gpu_emu::forward) == "");
+    const int64_t hq = s.heads_q(), nq = s.seqlen_q;
+    const std::vector<double> lse_clean = p.lse_of_call();
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < nq; ++i) RC_ASSERT(lse_clean[static_cast<size_t>(h * nq + i)] == -INFINITY);
+
+    // NaN in key j of sequence 1, key head hk (key 0 half the time: in the first split, which a row
+    // of nq >= 2 may read alone); row i sees keys up to i + L − nq.
+    const int64_t j = *rc::gen::element<int64_t>(0, *rc::gen::inRange<int64_t>(0, s.lengths[1])), hk = *rc::gen::inRange<int64_t>(0, s.heads_k);
+    p.reset_caches();
+    flashattn::ForwardArgs a = p.call();
+    const flashattn::KeyRow r = flashattn::key_row(a, flashattn::sequence(a, 1), j);
+    flashattn::store_from_float(const_cast<void*>(a.k.data), a.k.dtype, a.k.offset(r.batch, r.row, hk), NAN);
+    std::vector<std::vector<double>> outs, lses;
+    for (const int64_t splits : {int64_t{1}, s.num_splits}) {
+      a.num_splits = splits;
+      flashattn::gpu_emu::forward_in_gpu_layout(a);
+      outs.push_back(p.out_of_call());
+      lses.push_back(p.lse_of_call());
+    }
+    const int64_t dv = s.dim_v, L = s.lengths[1];
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < nq; ++i) {
+        const bool reads = h / s.group == hk && j <= i + L - nq;
+        for (int run = 0; run < 2; ++run) {
+          const double lse1 = lses[run][static_cast<size_t>((hq + h) * nq + i)];
+          const double out1 = outs[run][static_cast<size_t>(((nq + i) * hq + h) * dv)];
+          RC_ASSERT(std::isnan(lse1) == reads);
+          RC_ASSERT(std::isnan(out1) == reads);
+          RC_ASSERT(lses[run][static_cast<size_t>(h * nq + i)] == -INFINITY);  // sequence 0: empty
+        }
+      }
   }, kCases);
 }
 

@@ -170,6 +170,30 @@ def test_type_errors():
         _flashattn.forward("cpu", dict(q=q, k=k, v=v, out=q.copy(), no_such_field=1))
 
 
+def test_integer_16_bit_arrays_are_not_taken_for_bf16():
+    # numpy has no bf16: an ml_dtypes.bfloat16 array travels as a uint16 view marked bf16 by name.
+    # A plain uint16 (or int16) array holds integers, not bf16 bits: rejected wherever it is passed,
+    # input or output, numpy or torch, and the mark of one argument does not carry to another.
+    q, k, v = rand(1, 4, 2, 16), rand(1, 4, 2, 16), rand(1, 4, 2, 16)
+    qb, kb, vb = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v))
+    for bad in (np.uint16, np.int16):
+        with pytest.raises(TypeError, match=f"q has dtype {np.dtype(bad).name}"):
+            flashattn.forward(q.astype(bad), k, v)
+        with pytest.raises(TypeError, match=f"k has dtype {np.dtype(bad).name}"):
+            flashattn.forward(qb, kb.view(bad), vb)
+        with pytest.raises(TypeError, match=f"out has dtype {np.dtype(bad).name}"):
+            flashattn.forward(qb, kb, vb, out=np.zeros(q.shape, bad))
+    with pytest.raises(TypeError, match="k has dtype uint16"):  # q's bf16 mark is q's alone
+        _flashattn.forward("cpu", dict(q=qb.view(np.uint16), k=kb.view(np.uint16), v=vb.view(np.uint16),
+                                       out=np.zeros(q.shape, np.uint16)), ["q"])
+    out = np.zeros(q.shape, ml_dtypes.bfloat16)
+    flashattn.forward(qb, kb, vb, out=out)  # the marked form works, and writes bf16
+    assert np.isfinite(out.astype(np.float32)).all() and out.astype(np.float32).any()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="q has dtype int16"):
+        flashattn.forward(torch.from_numpy(q.astype(np.int16)), torch.from_numpy(k), torch.from_numpy(v))
+
+
 # ---- zero-copy -------------------------------------------------------------------------------------
 
 def test_inputs_are_not_copied_strided_or_not():
