@@ -10,6 +10,7 @@
 // and full ones.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,26 @@
 #include "props/tolerance.hpp"
 
 namespace {
+
+// Runs the emulated forward, then the backward in each dQ mode of `modes` (deterministic or not),
+// on case c; checks each against the fp64 oracle by the tolerance rule, and the inputs, canaries
+// and padding intact after each call.
+void check_forward_backward(const props::Case& c, std::initializer_list<bool> modes = {false, true}) {
+  CAPTURE(props::to_string(c));
+  props::Instance inst(c);
+  const flashattn::ForwardArgs a = inst.forward_args();
+  flashattn::gpu_emu::forward_in_gpu_layout(a);
+  const props::Judgement f = props::judge_forward(a);
+  CHECK_MESSAGE(f.passed(), "forward: " << f.first_failure());
+  CHECK(inst.check() == "");
+  for (bool deterministic : modes) {
+    const flashattn::BackwardArgs g = inst.backward_args();
+    flashattn::gpu_emu::backward_in_gpu_layout(g, deterministic);
+    const props::Judgement b = props::judge_backward(g);
+    CHECK_MESSAGE(b.passed(), (deterministic ? "deterministic" : "atomic") << " backward: " << b.first_failure());
+    CHECK(inst.check() == "");
+  }
+}
 
 TEST_CASE("gpu-emulated forward: O is rescaled when only some rows of a warp raise their maximum") {
   for (int dim : {64, 128})
@@ -69,18 +90,7 @@ TEST_CASE("gpu-emulated forward and backward: zero, negative and subnormal scale
         c.causal = causal;
         c.scale = scale;
         c.seed = 7;
-        CAPTURE(props::to_string(c));
-        props::Instance inst(c);
-        const flashattn::ForwardArgs a = inst.forward_args();
-        flashattn::gpu_emu::forward_in_gpu_layout(a);
-        const props::Judgement f = props::judge_forward(a);
-        CHECK_MESSAGE(f.passed(), "forward: " << f.first_failure());
-        CHECK(inst.check() == "");
-        const flashattn::BackwardArgs g = inst.backward_args();
-        flashattn::gpu_emu::backward_in_gpu_layout(g, true);
-        const props::Judgement b = props::judge_backward(g);
-        CHECK_MESSAGE(b.passed(), "backward: " << b.first_failure());
-        CHECK(inst.check() == "");
+        check_forward_backward(c, {true});
       }
 }
 
@@ -127,20 +137,7 @@ TEST_CASE("gpu-emulated forward and backward: several 64-key tiles and 128-key b
         }
       }
       c.seed = 11;
-      CAPTURE(props::to_string(c));
-      props::Instance inst(c);
-      const flashattn::ForwardArgs a = inst.forward_args();
-      flashattn::gpu_emu::forward_in_gpu_layout(a);
-      const props::Judgement f = props::judge_forward(a);
-      CHECK_MESSAGE(f.passed(), "forward: " << f.first_failure());
-      CHECK(inst.check() == "");
-      for (bool deterministic : {false, true}) {
-        const flashattn::BackwardArgs g = inst.backward_args();
-        flashattn::gpu_emu::backward_in_gpu_layout(g, deterministic);
-        const props::Judgement b = props::judge_backward(g);
-        CHECK_MESSAGE(b.passed(), (deterministic ? "deterministic" : "atomic") << " backward: " << b.first_failure());
-        CHECK(inst.check() == "");
-      }
+      check_forward_backward(c);
     }
 }
 
@@ -171,18 +168,7 @@ TEST_CASE("gpu-emulated forward and backward: mask edges one key either side of 
       c.window_left = sh.left;
       c.window_right = sh.right;
       c.seed = 13;
-      CAPTURE(props::to_string(c));
-      props::Instance inst(c);
-      const flashattn::ForwardArgs a = inst.forward_args();
-      flashattn::gpu_emu::forward_in_gpu_layout(a);
-      const props::Judgement f = props::judge_forward(a);
-      CHECK_MESSAGE(f.passed(), "forward: " << f.first_failure());
-      for (bool deterministic : {false, true}) {
-        const flashattn::BackwardArgs g = inst.backward_args();
-        flashattn::gpu_emu::backward_in_gpu_layout(g, deterministic);
-        const props::Judgement b = props::judge_backward(g);
-        CHECK_MESSAGE(b.passed(), (deterministic ? "deterministic" : "atomic") << " backward: " << b.first_failure());
-      }
+      check_forward_backward(c);
     }
 }
 
