@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """flashattn::gpu against PyTorch's SDPA backends (flash, cuDNN, efficient) on the same GPU, same run.
 
-Cases (issue 4): bf16, head dim 64 and 128, hidden 2048 (heads = 2048 / d), batch x seqlen = 16K
+Cases: bf16, head dim 64 and 128, hidden 2048 (heads = 2048 / d), batch x seqlen = 16K
 tokens, seqlen 512 .. 16384, causal and not, forward and backward. Throughput uses docs/benchmarks.md's
 convention: fwd FLOPs = 4 B H N^2 d (halved when causal), bwd = 2.5 x fwd.
 

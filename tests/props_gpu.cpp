@@ -596,7 +596,7 @@ TEST_CASE("gpu agrees with the cpu backend at sizes the oracle is slow for") {
   }
 }
 
-// More than 2^31 elements (issue 4): q, out, dout and dq of 2·(2^24 + 32)·2·32 = 2^31 + 4096 bf16
+// More than 2^31 elements: q, out, dout and dq of 2·(2^24 + 32)·2·32 = 2^31 + 4096 bf16
 // elements each (4 GiB apiece), so element offsets past 2^31 and byte offsets past 2^32 are used by
 // every kernel of the forward and the (atomic-dQ) backward. Runs only with FLASHATTN_HUGE=1
 // (scripts/gpu-check sets it; ~25 GiB of device memory, ~30 GiB of host memory). Checked: every

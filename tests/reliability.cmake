@@ -1,4 +1,4 @@
-# Reliability (issue 6): the fuzz harness and its corpus replay, odd and extreme sizes, numerical
+# Reliability: the fuzz harness and its corpus replay, odd and extreme sizes, numerical
 # extremes, concurrency, and the opt-in > 2^31-element test. The CPU variants are compiled in when
 # flashattn::cpu exists. scripts/sanitize builds this under ASan+UBSan, TSan and libFuzzer.
 find_package(doctest CONFIG REQUIRED)
