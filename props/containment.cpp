@@ -152,9 +152,9 @@ std::string check_nan_contained(const Implementation& impl, const Case& c, Margi
           if (!same_bits({lse[li]}, {inst.lse()[li]})) return fail("forward", "lse of row " + std::to_string(i) + " changed");
         }
     }
-    // A poisoned query row, or key that a row reads, makes that row NaN (never a finite value); with
-    // a bias a −∞ entry may hide the key, so this part needs a bias-free case.
-    if (c.bias == BiasKind::off && t.w != Input::v) {
+    // A poisoned query row, or key that a row reads, makes that row NaN (never a finite value); a −∞
+    // bias entry may hide the key, so this part needs a case without such entries.
+    if ((c.bias == BiasKind::off || !c.bias_inf) && t.w != Input::v) {
       const flashattn::Sequence seq = flashattn::sequence(a, t.seq);
       const std::vector<double> poisoned_out = read_dense(inst.out());
       for (int64_t h = g.hk * g.size; h < (g.hk + 1) * g.size; ++h)

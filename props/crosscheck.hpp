@@ -33,7 +33,7 @@ std::string check_unlisted_unread(const Implementation& impl, const Case& c, Mar
 
 // Returns "" if NaN in one element of q, k, v or dout (chosen from the case's seed) leaves every
 // output outside its (sequence, key head) group bitwise as it was — out, lse, dq, dk, dv, and the
-// dbias elements no row of the group sums into — and, without a bias, makes out and lse NaN in
+// dbias elements no row of the group sums into — and, without −∞ bias entries, makes out and lse NaN in
 // every row that reads a poisoned q row or k row (docs/semantics.md, "Non-finite inputs").
 std::string check_nan_contained(const Implementation& impl, const Case& c, Margins* margins = nullptr);
 

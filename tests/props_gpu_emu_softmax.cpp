@@ -17,6 +17,7 @@
 #include <doctest/doctest.h>
 
 #include "emu/props_calls.hpp"
+#include "flashattn/convert.hpp"
 #include "props/buffers.hpp"
 #include "props/case.hpp"
 #include "props/check.hpp"
@@ -201,4 +202,34 @@ TEST_CASE("gpu-emulated forward and backward: generated problems over three or m
         if (!b.empty()) RC_FAIL(b);
       }
     }, 10);
+}
+
+// A NaN query row: every score of the row is NaN, which fmaxf drops, so the row's maximum stays −∞
+// as for a row that sees no key; it must still come out NaN (O and LSE), never as the empty row's
+// O = 0, LSE = −∞, in the plain and the options' forward;
+// the other rows keep their oracle values.
+TEST_CASE("gpu-emulated forward: a NaN query row gives NaN O and LSE, not an empty row") {
+  for (int dim : {64, 128})
+    for (bool options : {false, true}) {
+      props::Case c;
+      c.dim = dim;
+      c.dtype = flashattn::DType::bf16;
+      c.seqlen_q = 70;
+      c.seqlen_k = 150;
+      c.causal = true;
+      if (options) c.softcap = 5;
+      c.seed = 17;
+      CAPTURE(props::to_string(c));
+      props::Instance inst(c);
+      const flashattn::ForwardArgs a = inst.forward_args();
+      const int64_t row = 33;
+      for (int64_t x = 0; x < dim; ++x)
+        flashattn::store_from_float(const_cast<void*>(a.q.data), a.q.dtype, a.q.offset(0, row, 0) + x, NAN);
+      flashattn::gpu_emu::forward_in_gpu_layout(a);
+      const std::vector<double> out = props::read_dense(inst.out());
+      CHECK(std::isnan(out[static_cast<size_t>(row * dim)]));
+      CHECK(std::isnan(inst.lse()[row]));
+      CHECK(std::isfinite(out[static_cast<size_t>((row + 1) * dim)]));
+      CHECK(std::isfinite(inst.lse()[row + 1]));
+    }
 }
