@@ -165,10 +165,12 @@ std::string check_nan_contained(const Implementation& impl, const Case& c, Margi
             reads = (t.w == Input::q || j == t.row) && (!a.block_mask.used() || a.block_mask.visible(seq.index, h, i, j));
           if (!reads) continue;
           const double o = poisoned_out[dense_row(a.out, seq.batch, seq.q_start + i, h)];
-          if (!std::isnan(o) || !std::isnan(inst.lse()[flashattn::lse_index(a, seq, h, i)])) {
+          // (With dropout, out is Σ_j Z_ij·P_ij·v_j: a row whose kept keys are none may be 0.)
+          if ((!std::isnan(o) && c.dropout_p == 0) || !std::isnan(inst.lse()[flashattn::lse_index(a, seq, h, i)])) {
             std::ostringstream os;
             os << impl.name << " forward: " << where.str() << "row " << i << " of head " << h
-               << " reads it but its out or lse is not NaN\n"
+               << " reads it but its out (" << o << ") or lse (" << inst.lse()[flashattn::lse_index(a, seq, h, i)]
+               << ") is not NaN\n"
                << replay_hint(c);
             return os.str();
           }
