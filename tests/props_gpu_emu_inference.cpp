@@ -8,6 +8,7 @@
 //   a fixed num_splits gives the same bits on every call;
 //   backward with sinks (the dsinks kernel) and dv != d is judged by the tolerance rule, with the
 //   deterministic dQ kernel and with atomic dQ.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -76,7 +77,11 @@ TEST_CASE("gpu-emulated split-KV: rows empty in every split, and a NaN key in an
     s.sinks = false;  // a sink makes no row empty
     s.share_prefix = false;  // sequence 0 has no keys to share
     s.batch = 2;
-    s.lengths = {0, *rc::gen::element<int32_t>(65, 66, 130, 299)};  // 65: a causal row may read one split only
+    // The long sequence: one key more than a forward tile (64 keys up to d = 128, else 32), where
+    // with causal and two or more query rows the first row reads the first split alone, or longer.
+    const int32_t tile = s.dim <= 128 ? 64 : 32;
+    s.lengths = {0, *rc::gen::element<int32_t>(tile + 1, 130, 299)};
+    s.seqlen_q = std::max<int64_t>(s.seqlen_q, 2);
     s.num_splits = *rc::gen::inRange<int64_t>(2, 6);
     s.causal = true;  // early rows of the long sequence read fewer splits, down to one
     props::InferenceProblem p(s);
@@ -86,32 +91,34 @@ TEST_CASE("gpu-emulated split-KV: rows empty in every split, and a NaN key in an
     for (int64_t h = 0; h < hq; ++h)
       for (int64_t i = 0; i < nq; ++i) RC_ASSERT(lse_clean[static_cast<size_t>(h * nq + i)] == -INFINITY);
 
-    // NaN in key j of sequence 1, key head hk (key 0 half the time: in the first split, which a row
-    // of nq >= 2 may read alone); row i sees keys up to i + L − nq.
-    const int64_t j = *rc::gen::element<int64_t>(0, *rc::gen::inRange<int64_t>(0, s.lengths[1])), hk = *rc::gen::inRange<int64_t>(0, s.heads_k);
-    p.reset_caches();
-    flashattn::ForwardArgs a = p.call();
-    const flashattn::KeyRow r = flashattn::key_row(a, flashattn::sequence(a, 1), j);
-    flashattn::store_from_float(const_cast<void*>(a.k.data), a.k.dtype, a.k.offset(r.batch, r.row, hk), NAN);
-    std::vector<std::vector<double>> outs, lses;
-    for (const int64_t splits : {int64_t{1}, s.num_splits}) {
-      a.num_splits = splits;
-      flashattn::gpu_emu::forward_in_gpu_layout(a);
-      outs.push_back(p.out_of_call());
-      lses.push_back(p.lse_of_call());
-    }
-    const int64_t dv = s.dim_v, L = s.lengths[1];
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < nq; ++i) {
-        const bool reads = h / s.group == hk && j <= i + L - nq;
-        for (int run = 0; run < 2; ++run) {
-          const double lse1 = lses[run][static_cast<size_t>((hq + h) * nq + i)];
-          const double out1 = outs[run][static_cast<size_t>(((nq + i) * hq + h) * dv)];
-          RC_ASSERT(std::isnan(lse1) == reads);
-          RC_ASSERT(std::isnan(out1) == reads);
-          RC_ASSERT(lses[run][static_cast<size_t>(h * nq + i)] == -INFINITY);  // sequence 0: empty
-        }
+    // NaN in key j of sequence 1, key head hk: key 0 (in the first split, which row 0 may read
+    // alone), then a random key; row i sees keys up to i + L − nq.
+    const int64_t hk = *rc::gen::inRange<int64_t>(0, s.heads_k);
+    for (const int64_t j : {int64_t{0}, *rc::gen::inRange<int64_t>(0, s.lengths[1])}) {
+      p.reset_caches();
+      flashattn::ForwardArgs a = p.call();
+      const flashattn::KeyRow r = flashattn::key_row(a, flashattn::sequence(a, 1), j);
+      flashattn::store_from_float(const_cast<void*>(a.k.data), a.k.dtype, a.k.offset(r.batch, r.row, hk), NAN);
+      std::vector<std::vector<double>> outs, lses;
+      for (const int64_t splits : {int64_t{1}, s.num_splits}) {
+        a.num_splits = splits;
+        flashattn::gpu_emu::forward_in_gpu_layout(a);
+        outs.push_back(p.out_of_call());
+        lses.push_back(p.lse_of_call());
       }
+      const int64_t dv = s.dim_v, L = s.lengths[1];
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t i = 0; i < nq; ++i) {
+          const bool reads = h / s.group == hk && j <= i + L - nq;
+          for (int run = 0; run < 2; ++run) {
+            const double lse1 = lses[run][static_cast<size_t>((hq + h) * nq + i)];
+            const double out1 = outs[run][static_cast<size_t>(((nq + i) * hq + h) * dv)];
+            RC_ASSERT(std::isnan(lse1) == reads);
+            RC_ASSERT(std::isnan(out1) == reads);
+            RC_ASSERT(lses[run][static_cast<size_t>(h * nq + i)] == -INFINITY);  // sequence 0: empty
+          }
+        }
+    }
   }, kCases);
 }
 
