@@ -1,5 +1,6 @@
 // The NaN containment property (docs/semantics.md, "Non-finite inputs"; see crosscheck.hpp).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -61,6 +62,9 @@ void poison_target(const flashattn::AttentionArgs& a, const flashattn::ConstTens
   flashattn::store_from_float(const_cast<void*>(view.data), view.dtype, view.offset(batch, row, t.head) + t.col, nan);
 }
 
+// Returns whether x and y hold the same bits (NaN equals NaN; −0 differs from 0).
+bool same_bit_pattern(double x, double y) { return std::memcmp(&x, &y, sizeof x) == 0; }
+
 // The damaged group of a target: its sequence and its key head's query heads.
 struct Group {
   int64_t seq = 0, hk = 0, size = 1;
@@ -80,7 +84,7 @@ std::string compare_outside(const flashattn::AttentionArgs& a, const flashattn::
       for (int64_t i = 0; i < rows; ++i) {
         const int64_t start = dense_row(view, seq.batch, (key_rows ? seq.k_start : seq.q_start) + i, h);
         for (int64_t x = 0; x < view.dim; ++x)
-          if (!same_bits({before[start + x]}, {after[start + x]})) {
+          if (!same_bit_pattern(before[start + x], after[start + x])) {
             std::ostringstream os;
             os << name << " of sequence " << s << " head " << h << " row " << i << " column " << x << " changed ("
                << before[start + x] << " -> " << after[start + x] << ")";
@@ -104,7 +108,7 @@ std::string compare_dbias_outside(const flashattn::AttentionArgs& a, const flash
       for (int64_t j = 0; j < g_view.dim; ++j) damaged[static_cast<size_t>(start + j)] = true;
     }
   for (size_t e = 0; e < before.size(); ++e)
-    if (!damaged[e] && !same_bits({before[e]}, {after[e]})) {
+    if (!damaged[e] && !same_bit_pattern(before[e], after[e])) {
       std::ostringstream os;
       os << "dbias element " << e << " (dense order) changed (" << before[e] << " -> " << after[e] << ")";
       return os.str();
@@ -149,7 +153,7 @@ std::string check_nan_contained(const Implementation& impl, const Case& c, Margi
       for (int64_t h = 0; h < a.q.heads; ++h)
         for (int64_t i = 0; i < seq.mask.seqlen_q && !(s == g.seq && g.has_query_head(h)); ++i) {
           const int64_t li = flashattn::lse_index(a, seq, h, i);
-          if (!same_bits({lse[li]}, {inst.lse()[li]})) return fail("forward", "lse of row " + std::to_string(i) + " changed");
+          if (!same_bit_pattern(lse[li], inst.lse()[li])) return fail("forward", "lse of row " + std::to_string(i) + " changed");
         }
     }
     // A poisoned query row, or key that a row reads, makes that row NaN (never a finite value); a −∞
@@ -165,12 +169,12 @@ std::string check_nan_contained(const Implementation& impl, const Case& c, Margi
             reads = (t.w == Input::q || j == t.row) && (!a.block_mask.used() || a.block_mask.visible(seq.index, h, i, j));
           if (!reads) continue;
           const double o = poisoned_out[dense_row(a.out, seq.batch, seq.q_start + i, h)];
+          const float l = inst.lse()[flashattn::lse_index(a, seq, h, i)];
           // (With dropout, out is Σ_j Z_ij·P_ij·v_j: a row whose kept keys are none may be 0.)
-          if ((!std::isnan(o) && c.dropout_p == 0) || !std::isnan(inst.lse()[flashattn::lse_index(a, seq, h, i)])) {
+          if ((!std::isnan(o) && c.dropout_p == 0) || !std::isnan(l)) {
             std::ostringstream os;
             os << impl.name << " forward: " << where.str() << "row " << i << " of head " << h
-               << " reads it but its out (" << o << ") or lse (" << inst.lse()[flashattn::lse_index(a, seq, h, i)]
-               << ") is not NaN\n"
+               << " reads it but its out (" << o << ") or lse (" << l << ") is not NaN\n"
                << replay_hint(c);
             return os.str();
           }
