@@ -208,6 +208,12 @@ int run(int argc, char** argv) {
   const std::vector<std::string> available = available_impls();
   if (const int code = parse_options(argc, argv, available, o); code >= 0) return code;
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (!o.simd_target.empty()) {
+    if (const std::string why = limit_simd_target(o.simd_target); !why.empty()) {
+      std::cerr << "flashattn-bench: --simd-target: " << why << "\n";
+      return 2;
+    }
+  }
   RunSettings s;
   s.threads = o.threads;
   s.oracle_limit = o.oracle_limit;
@@ -296,7 +302,7 @@ int run(int argc, char** argv) {
                 "%%fp32 is against the fp32 FMA peak\n",
                 m.threads, m.bf16_peak_before, m.bf16_peak_after, m.bf16_peak());
   else
-    std::printf("bf16 dot peak: no AVX512_BF16 on this CPU; bf16 cases use the fp32 FMA peak\n");
+    std::printf("bf16 dot peak: no AVX512_BF16 here (this CPU or --simd-target); bf16 cases use the fp32 FMA peak\n");
   if (gpu_used)
     std::printf("GPU %s: copy %.0f GB/s; cuBLAS bf16 GEMM %.0f GFLOP/s before, %.0f after; gpu %%peak uses %.0f\n",
                 m.gpu.c_str(), m.gpu_copy_gbps, m.gpu_gemm_before, m.gpu_gemm_after, m.gpu_peak());

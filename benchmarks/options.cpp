@@ -82,6 +82,9 @@ int parse_options(int argc, char** argv, const std::vector<std::string>& availab
   app.add_option("--openblas-coretype", o.openblas_coretype,
                  "force OpenBLAS's kernel choice (e.g. Haswell, SkylakeX); default: unset OPENBLAS_CORETYPE and let\n"
                  "OpenBLAS pick (this environment presets Haswell, ~1.5x slower sgemm)");
+  app.add_option("--simd-target", o.simd_target,
+                 "run every Highway kernel (flashattn's CPU backend, the FMA peak, the standard baseline's softmax)\n"
+                 "at most this target, e.g. AVX2 on an AVX-512 host; pair with --openblas-coretype Haswell");
   app.add_flag("-q,--quiet", o.quiet, "no progress lines on stderr");
   try {
     app.parse(argc, argv);

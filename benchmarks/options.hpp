@@ -23,6 +23,7 @@ struct Options {
   double mem_limit_gib = 0;   // 0: 70 % of MemAvailable
   double peak_seconds = 0.6;
   std::string json, csv, plot, openblas_coretype;
+  std::string simd_target;   // non-empty: run every Highway kernel at most this target (limit_simd_target)
   bool quiet = false;
 };
 

@@ -39,7 +39,7 @@ double measure_peak(Loop loop, int threads, double seconds) {
 }
 }  // namespace
 
-bool bf16_dot_supported() { return __builtin_cpu_supports("avx512bf16"); }
+bool bf16_dot_supported() { return __builtin_cpu_supports("avx512bf16") && avx512_enabled(); }
 
 double measure_fma_peak_gflops(int threads, double seconds) { return measure_peak(fma_loop, threads, seconds); }
 

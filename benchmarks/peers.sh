@@ -22,6 +22,16 @@ if [ "${QUICK:-0}" = 1 ]; then
 fi
 threads=${THREADS:-2} heads=${HEADS:-16} seqlens=${SEQLENS:-1024,4096} dims=${HEAD_DIMS:-64,128}
 dtypes=${DTYPES:-f32,bf16} runs=${RUNS:-1}
+target_args=() torch_env=()
+if [ -n "${SIMD_TARGET:-}" ]; then
+  target_args=(--simd-target "$SIMD_TARGET")
+  case "$SIMD_TARGET" in
+    AVX2) target_args+=(--openblas-coretype Haswell)
+          torch_env=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) ;;
+    AVX3|AVX3_DL) torch_env=(ATEN_CPU_CAPABILITY=avx512) ;;
+    *) echo "peers.sh: SIMD_TARGET=$SIMD_TARGET: PyTorch cannot be capped to it (AVX2, AVX3, AVX3_DL)" >&2; exit 2 ;;
+  esac
+fi
 [ -x "$bench" ] || { echo "peers.sh: $bench not built (scripts/build)" >&2; exit 2; }
 if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
   echo "peers.sh: installing PyTorch into $venv (once)"
@@ -34,9 +44,9 @@ for run in $(seq 1 "$runs"); do
   # flashattn-bench first: it measures the fp32 FMA and bf16 dot peaks before and after its timings,
   # and the PyTorch run takes the machine facts and peaks from its JSON.
   "$bench" --impl cpu,standard --pass fwd,bwd --dtype "$dtypes" --batch 1 --heads "$heads" --seqlen "$seqlens" \
-    --head-dim "$dims" --causal 0,1 --threads "$threads" --reps 3 --min-seconds 0 --max-seconds 20 --quiet \
+    --head-dim "$dims" --causal 0,1 --threads "$threads" --reps 3 --min-seconds 0 --max-seconds 20 --quiet "${target_args[@]}" \
     --json "$out/flashattn-$run.json" | tee "$out/flashattn-$run.txt" || fail=1
-  OMP_NUM_THREADS=$threads "$venv/bin/python" benchmarks/torch_cpu_sdpa.py --pass fwd,bwd --dtype "$dtypes" \
+  env "${torch_env[@]}" OMP_NUM_THREADS="$threads" "$venv/bin/python" benchmarks/torch_cpu_sdpa.py --pass fwd,bwd --dtype "$dtypes" \
     --batch 1 --heads "$heads" --seqlen "$seqlens" --head-dim "$dims" --causal 0,1 --threads "$threads" --reps 3 \
     --machine-from "$out/flashattn-$run.json" --json "$out/torch-$run.json" | tee "$out/torch-$run.txt" || fail=1
   files+=("$out/flashattn-$run.json" "$out/torch-$run.json")

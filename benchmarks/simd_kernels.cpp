@@ -117,6 +117,27 @@ HWY_EXPORT(SoftmaxGradRows);
 
 double fma_loop(int64_t iters) { return HWY_DYNAMIC_DISPATCH(FmaLoop)(iters); }
 std::string simd_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(Target)()); }
+
+std::string limit_simd_target(const std::string& name) {
+  const int64_t usable = HWY_TARGETS & hwy::SupportedTargets();
+  std::string known;
+  for (int64_t rest = HWY_TARGETS; rest != 0; rest &= rest - 1) {
+    const int64_t bit = rest & -rest;
+    if (name != hwy::TargetName(bit)) {
+      known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(bit);
+      continue;
+    }
+    if (!(usable & bit)) return "SIMD target " + name + " is compiled in but this CPU does not support it";
+    // A lower bit is a better target. Not DisableTargets: in Highway 1.0.3 every SupportedTargets()
+    // call without a mock re-points HWY_DYNAMIC_DISPATCH at the CPU's best target, so the FMA peak
+    // measured after a library call would run AVX-512 again; the mock has no such side effect.
+    hwy::SetSupportedTargetsForTest(hwy::SupportedTargets() & ~(bit - 1));
+    return "";
+  }
+  return "unknown SIMD target '" + name + "' (compiled: " + known + ")";
+}
+
+bool avx512_enabled() { return (hwy::SupportedTargets() & (HWY_AVX3 | HWY_AVX3_DL)) != 0; }
 void softmax_rows(float* s, int64_t rows, int64_t n, const flashattn::Mask& m, float* lse) {
   HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, n, &m, lse);
 }

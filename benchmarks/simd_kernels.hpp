@@ -16,6 +16,16 @@ double fma_loop(int64_t iters);
 // Returns the Highway target the dispatched kernels run on, e.g. "AVX3".
 std::string simd_target_name();
 
+// Limits Highway's dispatch in this process to the target named `name` (as hwy::TargetName writes
+// it, e.g. "AVX2") and the ones below it: the benchmark's kernels, the FMA peak loop and the
+// flashattn CPU library share libhwy's target state, so all of them then run that target (an
+// AVX2 machine's code on an AVX-512 host). Returns "" on success, else why not (an unknown name, a
+// target not compiled in or not supported by this CPU).
+std::string limit_simd_target(const std::string& name);
+
+// Whether an AVX-512 Highway target is enabled here (false after limit_simd_target("AVX2")).
+bool avx512_enabled();
+
 // Turns each row i of the dense scores s [rows x n] into probabilities over its visible keys
 // [m.key_begin(i), m.key_end(i)): invisible entries become 0, visible ones exp(s - max) / sum
 // (vector exp, Highway contrib, ~1e-7 relative). Writes the row's log-sum-exp to lse[i], -inf (with
