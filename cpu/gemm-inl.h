@@ -44,7 +44,9 @@ HWY_INLINE hn::Vec<D> LoadWidened(D d, const float* HWY_RESTRICT p) {
 
 // Register block: kRowsA rows of A times kVecsB vectors of B, kRowsA·kVecsB accumulators. AVX-512
 // has 32 registers: 6 x 4 = 24 accumulators + 4 B vectors + 1 broadcast; two FMA pipes of latency 4
-// need >= 8 independent accumulators. 16-register targets use 4 x 2.
+// need >= 8 independent accumulators. 16-register targets (AVX2, SSE4) use 6 x 2: 12 accumulators +
+// 2 B vectors + 1 broadcast = 15 registers, 12 FMAs per 8 loads; 4 x 2 left only the 8 accumulators
+// the pipes need and measured 5-8 % slower (AVX2 on Zen 5, benchmarks/RESULTS.md).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr int kRowsA = 6;
 constexpr int kVecsB = 4;
@@ -52,30 +54,41 @@ constexpr int kVecsB = 4;
 constexpr int kRowsA = 4;
 constexpr int kVecsB = 4;
 #else
-constexpr int kRowsA = 4;
+constexpr int kRowsA = 6;
 constexpr int kVecsB = 2;
 #endif
 
+// How A is laid out in memory, as a compile-time fact of the inner loop: every A is a row-major
+// matrix (element (a, b) at a·sa + b: the rows of K, dO, ...) or a transposed one (at a + b·sb: Vᵀ,
+// Kᵀ, ...). With the unit step a template constant, the kRowsA broadcasts of one step are constant
+// offsets from one or kRowsA pointers, not index arithmetic on runtime strides (which on AVX2 ran
+// out of general registers and reloaded strides from the stack inside the loop).
+enum class AStep { unit_col, unit_row };
+
 // One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors]; then, when
-// col_max is set, col_max[NV vectors] = max(col_max, max over the MA rows of C).
-template <int MA, int NV, class D, typename T = hn::TFromD<D>>
+// col_max is set, col_max[NV vectors] = max(col_max, max over the MA rows of C). The step loop is
+// unrolled 4 times: its add/compare/branch and pointer updates then cost a quarter per step.
+template <int MA, int NV, AStep kStep, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t sb,
                           const float* HWY_RESTRICT B, int64_t ldb, int64_t nb, T* HWY_RESTRICT C,
                           int64_t ldc, bool accumulate, T* HWY_RESTRICT col_max) {
   using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t step_a = kStep == AStep::unit_row ? 1 : sa;  // between rows of A
+  const int64_t step_b = kStep == AStep::unit_col ? 1 : sb;  // between steps (columns of A)
   V acc[MA][NV];
   for (int r = 0; r < MA; ++r) {
     for (int v = 0; v < NV; ++v) {
       acc[r][v] = accumulate ? hn::Load(d, C + r * ldc + v * L) : hn::Zero(d);
     }
   }
+#pragma GCC unroll 4
   for (int64_t b = 0; b < nb; ++b) {
     V bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = LoadWidened(d, B + b * ldb + v * L);
-    const float* HWY_RESTRICT ab = A + b * sb;
+    const float* HWY_RESTRICT ab = A + b * step_b;
     for (int r = 0; r < MA; ++r) {
-      const V av = hn::Set(d, static_cast<T>(ab[r * sa]));
+      const V av = hn::Set(d, static_cast<T>(ab[r * step_a]));
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
     }
   }
@@ -92,29 +105,30 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
 }
 
 // Runs the rows [0, na) of one column panel of NV vectors, kRowsA rows at a time.
-template <int NV, class D, typename T = hn::TFromD<D>>
+template <int NV, AStep kStep, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t sb, const float* B,
                           int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate, T* col_max) {
   int64_t a = 0;
   for (; a + kRowsA <= na; a += kRowsA) {
-    GemmBlock<kRowsA, NV>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate, col_max);
+    GemmBlock<kRowsA, NV, kStep>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate, col_max);
   }
   const float* At = A + a * sa;
   T* Ct = C + a * ldc;
   switch (na - a) {
-    case 1: GemmBlock<1, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 2: GemmBlock<2, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 3: GemmBlock<3, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 4: GemmBlock<4, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 5: GemmBlock<5, NV>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 1: GemmBlock<1, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 2: GemmBlock<2, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 3: GemmBlock<3, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 4: GemmBlock<4, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 5: GemmBlock<5, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
     default: break;  // 0 left (kRowsA <= 6)
   }
   static_assert(kRowsA <= 6, "the tail switch covers at most 5 leftover rows");
 }
 
 // The kernel behind Gemm, on unpacked operands: C[na x W] (+)= A(na x nb) · B[nb x W] with
-// A(a, b) = A[a·sa + b·sb]; W a multiple of Lanes(d); ldb in floats, ldc in T. Call Gemm instead.
-template <class D, typename T = hn::TFromD<D>>
+// A(a, b) = A[a·sa + b·sb], sa or sb equal to 1 as kStep says; W a multiple of Lanes(d); ldb in
+// floats, ldc in T. Call Gemm instead.
+template <AStep kStep, class D, typename T = hn::TFromD<D>>
 HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
                              const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate,
                              T* col_max) {
@@ -122,15 +136,15 @@ HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t
   const int64_t nvec = W / L;
   int64_t v = 0;
   for (; v + kVecsB <= nvec; v += kVecsB) {
-    GemmPanel<kVecsB>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate,
-                      col_max ? col_max + v * L : nullptr);
+    GemmPanel<kVecsB, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate,
+                             col_max ? col_max + v * L : nullptr);
   }
   // The last 1..kVecsB-1 vectors as one panel: wider panels load each broadcast once for more FMAs.
   T* const cm = col_max ? col_max + v * L : nullptr;
   switch (nvec - v) {
-    case 1: GemmPanel<1>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
-    case 2: GemmPanel<2>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
-    case 3: GemmPanel<3>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    case 1: GemmPanel<1, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    case 2: GemmPanel<2, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    case 3: GemmPanel<3, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
     default: break;  // 0 left (kVecsB <= 4)
   }
   static_assert(kVecsB <= 4, "the tail switch covers at most 3 leftover vectors");
@@ -147,8 +161,14 @@ HWY_INLINE void Gemm(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A
                      Accumulate accumulate, hn::TFromD<D>* col_max = nullptr) {
   HWY_DASSERT(A.rows == C.rows && A.cols == B.rows && B.cols == C.cols);
   HWY_DASSERT(C.cols % static_cast<int64_t>(hn::Lanes(d)) == 0);
-  GemmKernel(d, C.rows, C.cols, A.data, A.row_step, A.col_step, B.data, B.stride, A.cols, C.data, C.stride,
-             accumulate == Accumulate::yes, col_max);
+  HWY_DASSERT(A.col_step == 1 || A.row_step == 1);  // a row-major or a transposed matrix (matrix.h)
+  if (A.col_step == 1) {
+    GemmKernel<AStep::unit_col>(d, C.rows, C.cols, A.data, A.row_step, 1, B.data, B.stride, A.cols, C.data,
+                                C.stride, accumulate == Accumulate::yes, col_max);
+  } else {
+    GemmKernel<AStep::unit_row>(d, C.rows, C.cols, A.data, 1, A.col_step, B.data, B.stride, A.cols, C.data,
+                                C.stride, accumulate == Accumulate::yes, col_max);
+  }
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

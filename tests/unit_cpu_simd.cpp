@@ -130,7 +130,8 @@ int64_t CheckTranspose() {
 
 
 // Returns how many outputs of Gemm differ from the naive product, over shapes crossing the register
-// blocks (rows 1..13, inner 0..9, 1..9 vectors), with A given row-major and as Transposed(Aᵀ),
+// blocks and the unrolled inner loop (rows 1..13: every tail of 6- and 4-row blocks; inner 0..9:
+// every remainder of 4 steps; 1..9 vectors), with A given row-major and as Transposed(Aᵀ),
 // Accumulate::no and yes, with and without col_max, for C of lane type T (fp32, or fp64 scores).
 template <typename T>
 int64_t CheckGemmOf() {
@@ -141,8 +142,8 @@ int64_t CheckGemmOf() {
   using ::flashattn::cpu::detail::Matrix;
   using ::flashattn::cpu::detail::Transposed;
   int64_t wrong = 0;
-  for (const int64_t na : {1, 5, 7, 13}) {
-    for (const int64_t nb : {0, 1, 9}) {
+  for (const int64_t na : {1, 2, 3, 4, 5, 7, 13}) {
+    for (const int64_t nb : {0, 1, 2, 3, 9}) {
       for (const int64_t nv : {1, 2, 3, 5, 9}) {
         const int64_t W = nv * L, ldb = W + L, ldc = W + 2 * L, lda = nb + 3, ldat = na + 2;
         auto a = hwy::AllocateAligned<float>(static_cast<size_t>(na * lda));    // A [na x nb]
