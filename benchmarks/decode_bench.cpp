@@ -41,6 +41,7 @@ struct DecodeOptions {
   int64_t new_rows = 1;
   int64_t heads = 32, heads_k = 8, head_dim = 128;
   int threads = 0;
+  int decode_heads = 0;  // cpu::Config::decode_heads
   int reps = 5;
   bool standard = true, general = true, check = true;
   double bandwidth_bytes_gib = 1.0;
@@ -152,6 +153,9 @@ int run_decode(int argc, char** argv) {
   app.add_option("--heads-k", o.heads_k, "key/value heads Hk")->check(CLI::PositiveNumber);
   app.add_option("--head-dim", o.head_dim, "head dim d (= dv)")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "OpenMP threads (0: all cores)");
+  app.add_option("--decode-heads", o.decode_heads,
+                 "cpu::Config::decode_heads: key/value heads a work item reads together (0: the library's choice)")
+      ->check(CLI::Range(0, 16));
   app.add_option("--reps", o.reps, "timed calls per case (median and min reported)")->check(CLI::PositiveNumber);
   app.add_option("--bandwidth-gib", o.bandwidth_bytes_gib, "buffer of the read-bandwidth measurement (GiB)");
   app.add_flag("!--no-standard", o.standard, "skip the standard baseline");
@@ -230,6 +234,7 @@ int run_decode(int argc, char** argv) {
           std::string status = "ok";
           flashattn::cpu::Config cfg;
           cfg.threads = threads;
+          cfg.decode_heads = o.decode_heads;
           if (o.check && nk <= 4096) {
             flashattn::cpu::forward(f, cfg);
             const props::Judgement j = props::judge_forward(f);

@@ -1,8 +1,10 @@
 // The decode path of the forward (decode.h; docs/cpu-design.md, "Decoding"). One work item =
-// (sequence, key/value head, split): its R = Nq·g rows (row r = i·g + hg: query row i of head hg of
-// the group) are scored against each tile of keys while the tile sits in L1, so K and V stream from
-// memory once per call. A tile's K and V rows are widened (16-bit) or copied (f32) into small fp32
-// tiles as they are read: in place, through any row stride, never as a per-head copy.
+// (sequence, run of key/value heads, split): for each of its heads, the R = Nq·g rows (row r = i·g +
+// hg: query row i of head hg of the group) are scored against each tile of keys while the tile sits
+// in cache, so K and V stream from memory once per call. A tile holds block_k keys of every head of
+// the run, read key by key (a key's heads are adjacent in the cache, so the item reads its memory
+// front to back), widened (16-bit) or copied (f32) into small per-head fp32 tiles: in place, through
+// any row stride or block table, never as a per-head copy.
 //
 // Layout: keys run along the vector lanes of the scores (row r of s holds the tile's keys), so the
 // online softmax of each row is one pass over its own lanes; the head dim runs along the lanes of
@@ -36,20 +38,21 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Per-row constants of a work item.
+// Per-row constants of a work item. No default member values: an item keeps an array of these
+// for every head it may carry, and StartHead sets the rows it uses.
 struct RowInfo {
-  int64_t i = 0;     // query row in the sequence
-  int64_t h = 0;     // query head
-  int64_t kbeg = 0;  // first visible key
-  int64_t kend = 0;  // one past the last visible key
-  float slope = 0;   // ALiBi slope (0: off)
-  Dropout drop;      // its head's dropout (used when Plan::dropout)
+  int64_t i;     // query row in the sequence
+  int64_t h;     // query head
+  int64_t kbeg;  // first visible key
+  int64_t kend;  // one past the last visible key
+  float slope;   // ALiBi slope (0: off)
+  Dropout drop;  // its head's dropout (used when Plan::dropout)
 };
 
 // Where the rows of a work item and their outputs are.
 struct ItemRows {
   RowInfo info[kDecodeMaxRows];
-  int64_t count = 0;
+  int64_t count;
 };
 
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad floats,
@@ -219,21 +222,54 @@ float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT 
 }
 
 // o_r += Σ_j p_r[j] · v_j for keys j in [j0, j1) of the tile, for `n` (1..4) rows starting at r that
-// share the key interval: each value vector is loaded once for the n rows.
+// share the key interval: each value vector is loaded once for the n rows, and four rows run two
+// vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs.
 template <class D>
 void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_RESTRICT vt, int64_t dvpad,
               float* HWY_RESTRICT o, int64_t n, int64_t j0, int64_t j1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   if (n == 4) {
-    for (int64_t x = 0; x < dvpad; x += L) {
+    const float* p0 = p;
+    const float* p1 = p + kpad;
+    const float* p2 = p + 2 * kpad;
+    const float* p3 = p + 3 * kpad;
+    int64_t x = 0;
+    for (; x + 2 * L <= dvpad; x += 2 * L) {
+      float* o0 = o + x;
+      auto a0 = hn::Load(d, o0), b0 = hn::Load(d, o0 + L);
+      auto a1 = hn::Load(d, o0 + dvpad), b1 = hn::Load(d, o0 + dvpad + L);
+      auto a2 = hn::Load(d, o0 + 2 * dvpad), b2 = hn::Load(d, o0 + 2 * dvpad + L);
+      auto a3 = hn::Load(d, o0 + 3 * dvpad), b3 = hn::Load(d, o0 + 3 * dvpad + L);
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto va = hn::Load(d, vt + j * dvpad + x), vb = hn::Load(d, vt + j * dvpad + x + L);
+        const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
+        a0 = hn::MulAdd(q0, va, a0);
+        b0 = hn::MulAdd(q0, vb, b0);
+        a1 = hn::MulAdd(q1, va, a1);
+        b1 = hn::MulAdd(q1, vb, b1);
+        a2 = hn::MulAdd(q2, va, a2);
+        b2 = hn::MulAdd(q2, vb, b2);
+        a3 = hn::MulAdd(q3, va, a3);
+        b3 = hn::MulAdd(q3, vb, b3);
+      }
+      hn::Store(a0, d, o0);
+      hn::Store(b0, d, o0 + L);
+      hn::Store(a1, d, o0 + dvpad);
+      hn::Store(b1, d, o0 + dvpad + L);
+      hn::Store(a2, d, o0 + 2 * dvpad);
+      hn::Store(b2, d, o0 + 2 * dvpad + L);
+      hn::Store(a3, d, o0 + 3 * dvpad);
+      hn::Store(b3, d, o0 + 3 * dvpad + L);
+    }
+    for (; x < dvpad; x += L) {
       auto a0 = hn::Load(d, o + x), a1 = hn::Load(d, o + dvpad + x);
       auto a2 = hn::Load(d, o + 2 * dvpad + x), a3 = hn::Load(d, o + 3 * dvpad + x);
       for (int64_t j = j0; j < j1; ++j) {
         const auto v = hn::Load(d, vt + j * dvpad + x);
-        a0 = hn::MulAdd(hn::Set(d, p[j]), v, a0);
-        a1 = hn::MulAdd(hn::Set(d, p[kpad + j]), v, a1);
-        a2 = hn::MulAdd(hn::Set(d, p[2 * kpad + j]), v, a2);
-        a3 = hn::MulAdd(hn::Set(d, p[3 * kpad + j]), v, a3);
+        a0 = hn::MulAdd(hn::Set(d, p0[j]), v, a0);
+        a1 = hn::MulAdd(hn::Set(d, p1[j]), v, a1);
+        a2 = hn::MulAdd(hn::Set(d, p2[j]), v, a2);
+        a3 = hn::MulAdd(hn::Set(d, p3[j]), v, a3);
       }
       hn::Store(a0, d, o + x);
       hn::Store(a1, d, o + dvpad + x);
@@ -262,27 +298,86 @@ inline void LoadRow(const void* data, DType t, int64_t off, int64_t n, float* HW
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const float* s = static_cast<const float*>(data) + off;
   int64_t x = 0;
+#pragma GCC unroll 4
   for (; x + L <= n; x += L) hn::Store(hn::LoadU(d, s + x), d, dst + x);
   for (; x < n; ++x) dst[x] = s[x];
 }
 
-// Reads keys [c0, c1) of head kvh of sequence seq into the fp32 tiles kt, vt (rows padded with the
-// zeros already there), each row where it lives (key_row: contiguous, strided or through the block
-// table), and prefetches into L2 the key `ahead` rows after each row it reads: rows of one head are
-// Hk·d elements apart in the usual [B, N, Hk, d] caches (a 4 KiB page per row at Hk = 8, d = 128,
-// f32), where the hardware prefetchers do not follow.
-void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t kvh, int64_t c0, int64_t c1, int64_t ahead,
-              int64_t key_end, const DecodePlan& dp, float* kt, float* vt) {
+// LoadRow of an f32 key row that also returns its squared norm, exactly as MaxSquaredNorm(row, n)
+// (score-inl.h) computes it (same vectors, same order, same non-finite rule): the adaptive choice
+// of exact scores needs every key's norm, and taking it while the row passes through the registers
+// saves a second pass over the tile.
+inline float LoadKeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t x = 0;
+#pragma GCC unroll 4
+  for (; x + L <= n; x += L) {
+    const auto v = hn::LoadU(d, s + x);
+    hn::Store(v, d, dst + x);
+    acc = hn::MulAdd(v, v, acc);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; x < n; ++x) {
+    dst[x] = s[x];
+    sum += s[x] * s[x];
+  }
+  if (std::isfinite(sum)) return sum;
+  return MaxSquaredNorm(d, dst, n, 1, n);  // the rare non-finite row: MaxSquaredNorm's own rule
+}
+
+// Prefetches into L2 the rows of heads [h0, h0 + nh) of key `at` of tensor t, a prefetch per
+// 64-byte line, four per loop step (prefetch_row's loop of one line per step cost a tenth of a
+// decode call's instructions).
+void PrefetchRun(const ConstTensor& t, const KeyRow& at, int64_t h0, int64_t nh) {
+  const int64_t bytes = t.dim * (t.dtype == DType::f32 ? 4 : 2);
+  const char* base = static_cast<const char*>(t.data);
+  for (int64_t r = 0; r < nh; ++r) {
+    const char* p = base + t.offset(at.batch, at.row, h0 + r) * (t.dtype == DType::f32 ? 4 : 2);
+    int64_t b = 0;
+    for (; b + 256 <= bytes; b += 256) {
+      __builtin_prefetch(p + b, 0, 2);
+      __builtin_prefetch(p + b + 64, 0, 2);
+      __builtin_prefetch(p + b + 128, 0, 2);
+      __builtin_prefetch(p + b + 192, 0, 2);
+    }
+    for (; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
+  }
+}
+
+// Reads keys [c0, c1) of the item's heads [h0, h0 + nh) of sequence seq into the per-head fp32 tiles
+// kt, vt (head t's tile at t·block_k rows; pad columns hold the zeros already there), key by key and
+// within a key head by head: the order of the usual [B, N, Hk, d] caches and of a page, where each key
+// holds its heads side by side, so the item reads a run of nh·d elements per key (all of a
+// contiguous cache when the run is every head) and the hardware prefetchers follow it. Each key's
+// rows are read where they live (key_row: contiguous, strided or through the block table), and the
+// rows of the key `ahead` keys on are prefetched into L2, one key per key read: a strided or paged
+// cache can place a key's rows anywhere. With `knorm` (f32 keys, adaptive exact scores) each key
+// row's squared norm goes to knorm[t·block_k + j − c0].
+void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t c0, int64_t c1,
+              int64_t ahead, int64_t key_end, const DecodePlan& dp, float* kt, float* vt, float* knorm) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
   for (int64_t j = c0; j < c1; ++j) {
-    if (j + ahead < key_end) {  // one row's prefetch per row read: misses stay spread over the tile
+    if (j + ahead < key_end) {
       const KeyRow next = key_row(a, seq, j + ahead);
-      prefetch_row(a.k.data, a.k.dtype, a.k.offset(next.batch, next.row, kvh), dim, PrefetchFor::read_soon);
-      prefetch_row(a.v.data, a.v.dtype, a.v.offset(next.batch, next.row, kvh), dv, PrefetchFor::read_soon);
+      PrefetchRun(a.k, next, h0, nh);
+      PrefetchRun(a.v, next, h0, nh);
     }
     const KeyRow at = key_row(a, seq, j);
-    LoadRow(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kt + (j - c0) * dp.dpad);
-    LoadRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dv, vt + (j - c0) * dp.dvpad);
+    for (int64_t t = 0; t < nh; ++t) {
+      const int64_t row = t * dp.block_k + j - c0;
+      const int64_t off = a.k.offset(at.batch, at.row, h0 + t);
+      if (knorm) {
+        knorm[row] = LoadKeyRowNorm(static_cast<const float*>(a.k.data) + off, dim, kt + row * dp.dpad);
+      } else {
+        LoadRow(a.k.data, a.k.dtype, off, dim, kt + row * dp.dpad);
+      }
+    }
+    for (int64_t t = 0; t < nh; ++t) {
+      const int64_t row = t * dp.block_k + j - c0;
+      LoadRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, h0 + t), dv, vt + row * dp.dvpad);
+    }
   }
 }
 
@@ -299,28 +394,44 @@ float AddSink(float* HWY_RESTRICT o, int64_t dv, float lse, float sink) {
   return m + std::log(sum);
 }
 
-// Runs work item (sequence s, key/value head kvh, split c). With one split it writes the rows' out
-// and lse; otherwise their normalised partial O and LSE to part_o [rows x dv] / part_lse [rows].
-void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, int64_t s, int64_t kvh,
-                int64_t c, float* part_o, float* part_lse) {
-  const hn::ScalableTag<float> d;
-  const hn::ScalableTag<double> dd;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const Sequence seq = sequence(a, s);
-  const Mask& mask = seq.mask;
-  const int64_t nq = mask.seqlen_q, g = dp.group, R = nq * g;
-  if (R == 0) return;
-  const int64_t dim = a.q.dim, dv = a.v.dim, kpad = w.kpad;
-  const float scale = effective_scale(a);
-  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
-
-  // The rows: Q in fp32 (zero-padded), O = 0, m = −∞, l = 0, and each row's mask and slope.
+// One key/value head's rows in a work item: where its parts of the item's scratch are, and the
+// constants of its rows.
+struct HeadPart {
+  int64_t kvh = 0;        // the key/value head
+  float* q = nullptr;     // [rows x dpad]
+  float* o = nullptr;     // [rows x dvpad]
+  const float* kt = nullptr;  // [block_k x dpad] its key tile
+  const float* vt = nullptr;  // [block_k x dvpad] its value tile
+  const float* knorm = nullptr;  // [block_k] its key rows' squared norms (adaptive exact scores)
+  float* m = nullptr;     // [rows]
+  float* l = nullptr;     // [rows]
   ItemRows rows;
-  rows.count = R;
-  float qmax2 = 0.0f, max_slope = 0.0f;
+  float qmax2 = 0.0f;     // the largest squared norm of its query rows (adaptive exact scores)
+  float max_slope = 0.0f; // the largest |ALiBi slope| of its rows
+  bool transform = false; // scores are transformed (scale not fused into the exponent)
+};
+
+// Returns head t (key/value head kvh) of the item's scratch, with Q widened, O = 0, m = −∞, l = 0
+// and each row's mask interval, slope and dropout stream.
+HeadPart StartHead(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, const DecodeScratch& w,
+                   const Sequence& seq, int64_t s, int64_t t, int64_t kvh) {
+  const hn::ScalableTag<float> d;
+  const Mask& mask = seq.mask;
+  const int64_t g = dp.group, R = mask.seqlen_q * g, dim = a.q.dim;
+  HeadPart hp;
+  hp.kvh = kvh;
+  hp.q = w.q + t * dp.rows * dp.dpad;
+  hp.o = w.o + t * dp.rows * dp.dvpad;
+  hp.kt = w.kt + t * dp.block_k * dp.dpad;
+  hp.vt = w.vt + t * dp.block_k * dp.dvpad;
+  hp.knorm = w.knorm ? w.knorm + t * dp.block_k : nullptr;
+  hp.m = w.m + t * dp.rows;
+  hp.l = w.l + t * dp.rows;
+  hp.rows.count = R;
+  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   bool any_slope = false;
   for (int64_t r = 0; r < R; ++r) {
-    RowInfo& ri = rows.info[r];
+    RowInfo& ri = hp.rows.info[r];
     ri.i = r / g;
     ri.h = kvh * g + r % g;
     ri.kbeg = mask.key_begin(ri.i);
@@ -328,117 +439,120 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
     ri.slope = alibi_slope(a, s, ri.h);
     if (p.dropout) ri.drop = MakeDropout(a, s, ri.h);
     any_slope = any_slope || ri.slope != 0;
-    max_slope = std::max(max_slope, std::fabs(ri.slope));
-    float* qr = w.q + r * dp.dpad;
+    hp.max_slope = std::max(hp.max_slope, std::fabs(ri.slope));
+    float* qr = hp.q + r * dp.dpad;
     WidenRow(a.q.data, a.q.dtype, a.q.offset(seq.batch, seq.q_start + ri.i, ri.h), dim, qr);
     std::fill(qr + dim, qr + dp.dpad, 0.0f);
-    if (adaptive) qmax2 = std::max(qmax2, MaxSquaredNorm(d, qr, dim, 1, dim));
-    std::fill(w.o + r * dp.dvpad, w.o + (r + 1) * dp.dvpad, 0.0f);
-    w.m[r] = -kInf;
-    w.l[r] = 0.0f;
+    if (adaptive) hp.qmax2 = std::max(hp.qmax2, MaxSquaredNorm(d, qr, dim, 1, dim));
+    std::fill(hp.o + r * dp.dvpad, hp.o + (r + 1) * dp.dvpad, 0.0f);
+    hp.m[r] = -kInf;
+    hp.l[r] = 0.0f;
   }
-  // Padding of the tiles past d (and rows past the tile's keys) stays zero: dot products and
-  // axpys run over whole vectors.
-  std::fill(w.kt, w.kt + dp.block_k * dp.dpad, 0.0f);
-  std::fill(w.vt, w.vt + dp.block_k * dp.dvpad, 0.0f);
+  hp.transform = a.softcap > 0 || any_slope || effective_scale(a) == 0 || p.bias;
+  return hp;
+}
 
-  // This item's keys: its split's chunk of the keys the rows may see.
-  const int64_t n = mask.seqlen_k;
-  const int64_t key_lo = std::max(mask.rows_key_begin(0), split_begin(n, dp.splits, dp.block_k, c));
-  const int64_t key_hi = std::min(mask.rows_key_end(nq), split_begin(n, dp.splits, dp.block_k, c + 1));
-  const bool transform = a.softcap > 0 || any_slope || scale == 0 || p.bias;
-  const ConstTensor bias = bias_view(a);
+// Runs keys [c0, c1) of one head of a work item, its tile loaded: scores, online softmax, O ·= α,
+// then O += P·V over each row's visible keys, four rows at a time where they share them.
+void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, const Sequence& seq,
+              int64_t s, HeadPart& hp, int64_t c0, int64_t c1) {
+  const hn::ScalableTag<float> d;
+  const hn::ScalableTag<double> dd;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const Mask& mask = seq.mask;
+  const int64_t R = hp.rows.count, nk = c1 - c0, W = round_up(nk, L), kpad = w.kpad;
+  const float scale = effective_scale(a);
+  const bool adaptive = p.exact_scores && p.scores == ScorePrecision::adaptive;
   // Without transforms the scale is fused into the exponent; hidden raw scores must then become
   // −∞ after multiplying by it.
-  const float fused_scale = transform ? 1.0f : scale;
+  const float fused_scale = hp.transform ? 1.0f : scale;
   const float hidden = fused_scale < 0 ? kInf : -kInf;
+  const ConstTensor bias = bias_view(a);
   TileScores ts;  // for the score bound of adaptive exact scores only
   ts.scale = scale;
   ts.r0 = 0;
   ts.diag = mask.diag();
   ts.softcap = a.softcap;
-  ts.slope = max_slope;
-  for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
-    const int64_t c1 = std::min(c0 + dp.block_k, key_hi), nk = c1 - c0;
-    const int64_t W = round_up(nk, L);
-    LoadTile(a, seq, kvh, c0, c1, 2 * dp.block_k, key_hi, dp, w.kt, w.vt);
-    // The bias of the rows that see a key of the tile, lanes past nk zero; its largest finite entry
-    // joins the exact-score bound.
-    ts.bias_bound = 0.0f;
-    for (int64_t r = 0; r < R && p.bias; ++r) {
-      const RowInfo& ri = rows.info[r];
-      if (ri.kend <= c0 || c1 <= ri.kbeg) continue;
-      float* br = w.bias + r * kpad;
-      WidenRow(bias.data, bias.dtype, bias.offset(s, ri.i, ri.h) + c0, nk, br);
-      std::fill(br + nk, br + kpad, 0.0f);
-      for (int64_t j = 0; j < nk && adaptive; ++j) {
-        if (std::isfinite(br[j])) ts.bias_bound = std::max(ts.bias_bound, std::fabs(br[j]));
-      }
-    }
-    bool exact = false;
-    if (p.exact_scores) {
-      float kmax2 = 0.0f;
-      if (adaptive) {
-        for (int64_t j = 0; j < nk; ++j) kmax2 = std::max(kmax2, MaxSquaredNorm(d, w.kt + j * dp.dpad, dim, 1, dim));
-      }
-      ts.c0 = c0;
-      exact = exact_tile(p, TileScoreBound(ts, qmax2, kmax2, nq, c1));
-    }
-    if (exact) {
-      TileDotsExact(dd, w.q, w.kt, dp.dpad, R, nk, w.sd, kpad);
-    } else {
-      TileDots(d, w.q, w.kt, dp.dpad, R, nk, w.s, kpad);
-    }
-    // Each row: scores, online softmax, O ·= α; then O += P·V over the row's visible keys, four
-    // rows at a time where they share them.
-    for (int64_t r = 0; r < R; ++r) {
-      const RowInfo& ri = rows.info[r];
-      if (ri.kend <= c0 || c1 <= ri.kbeg) continue;  // sees no key of the tile: its state is unchanged
-      float alpha;
-      const float* brow = p.bias ? w.bias + r * kpad : nullptr;
-      if (exact) {
-        double* sdr = w.sd + r * kpad;
-        const int64_t Wd = round_up(nk, static_cast<int64_t>(hn::Lanes(dd)));
-        RowScoresExact(dd, sdr, Wd, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, brow, ri.i,
-                       mask.diag(), static_cast<double>(hidden));
-        alpha = RowSoftmaxExact(dd, sdr, w.s + r * kpad, Wd, fused_scale, w.m[r], w.l[r]);
-      } else {
-        float* sr = w.s + r * kpad;
-        RowScores(d, sr, W, nk, c0, ri.kbeg, ri.kend, transform, scale, a.softcap, ri.slope, brow, ri.i, mask.diag(),
-                  hidden);
-        alpha = RowSoftmax(d, sr, W, fused_scale, w.m[r], w.l[r]);
-      }
-      if (p.dropout) {  // after the softmax step: l and the LSE sum the undropped P
-        DropoutRow(w.s + r * kpad, c0, std::max(ri.kbeg, c0) - c0, std::min(ri.kend, c1) - c0, ri.i, ri.drop);
-      }
-      if (alpha != 1.0f) {
-        float* o = w.o + r * dp.dvpad;
-        const auto av = hn::Set(d, alpha);
-        for (int64_t x = 0; x < dp.dvpad; x += L) hn::Store(hn::Mul(hn::Load(d, o + x), av), d, o + x);
-      }
-    }
-    for (int64_t r = 0; r < R;) {
-      const RowInfo& ri = rows.info[r];
-      const int64_t j0 = std::max(ri.kbeg, c0) - c0, j1 = std::min(ri.kend, c1) - c0;
-      int64_t n4 = 1;  // rows from r sharing the interval (same query row: same mask)
-      while (n4 < 4 && r + n4 < R && rows.info[r + n4].i == ri.i) ++n4;
-      if (j0 < j1) RowsAxpy(d, w.s + r * kpad, kpad, w.vt, dp.dvpad, w.o + r * dp.dvpad, n4, j0, j1);
-      r += n4;
+  ts.slope = hp.max_slope;
+  ts.c0 = c0;
+  // The bias of the rows that see a key of the tile, lanes past nk zero; its largest finite entry
+  // joins the exact-score bound.
+  ts.bias_bound = 0.0f;
+  for (int64_t r = 0; r < R && p.bias; ++r) {
+    const RowInfo& ri = hp.rows.info[r];
+    if (ri.kend <= c0 || c1 <= ri.kbeg) continue;
+    float* br = w.bias + r * kpad;
+    WidenRow(bias.data, bias.dtype, bias.offset(s, ri.i, ri.h) + c0, nk, br);
+    std::fill(br + nk, br + kpad, 0.0f);
+    for (int64_t j = 0; j < nk && adaptive; ++j) {
+      if (std::isfinite(br[j])) ts.bias_bound = std::max(ts.bias_bound, std::fabs(br[j]));
     }
   }
-
-  // O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0, LSE = −∞; a NaN sum gives NaN
-  // (as the general forward).
+  bool exact = false;
+  if (p.exact_scores) {
+    const float kmax2 = adaptive ? MaxOf(hp.knorm, nk) : 0.0f;  // LoadTile's norms of the tile's keys
+    exact = exact_tile(p, TileScoreBound(ts, hp.qmax2, kmax2, mask.seqlen_q, c1));
+  }
+  if (exact) {
+    TileDotsExact(dd, hp.q, hp.kt, dp.dpad, R, nk, w.sd, kpad);
+  } else {
+    TileDots(d, hp.q, hp.kt, dp.dpad, R, nk, w.s, kpad);
+  }
   for (int64_t r = 0; r < R; ++r) {
-    const RowInfo& ri = rows.info[r];
-    const float l = w.l[r];
+    const RowInfo& ri = hp.rows.info[r];
+    if (ri.kend <= c0 || c1 <= ri.kbeg) continue;  // sees no key of the tile: its state is unchanged
+    float alpha;
+    const float* brow = p.bias ? w.bias + r * kpad : nullptr;
+    if (exact) {
+      double* sdr = w.sd + r * kpad;
+      const int64_t Wd = round_up(nk, static_cast<int64_t>(hn::Lanes(dd)));
+      RowScoresExact(dd, sdr, Wd, nk, c0, ri.kbeg, ri.kend, hp.transform, scale, a.softcap, ri.slope, brow, ri.i,
+                     mask.diag(), static_cast<double>(hidden));
+      alpha = RowSoftmaxExact(dd, sdr, w.s + r * kpad, Wd, fused_scale, hp.m[r], hp.l[r]);
+    } else {
+      float* sr = w.s + r * kpad;
+      RowScores(d, sr, W, nk, c0, ri.kbeg, ri.kend, hp.transform, scale, a.softcap, ri.slope, brow, ri.i,
+                mask.diag(), hidden);
+      alpha = RowSoftmax(d, sr, W, fused_scale, hp.m[r], hp.l[r]);
+    }
+    if (p.dropout) {  // after the softmax step: l and the LSE sum the undropped P
+      DropoutRow(w.s + r * kpad, c0, std::max(ri.kbeg, c0) - c0, std::min(ri.kend, c1) - c0, ri.i, ri.drop);
+    }
+    if (alpha != 1.0f) {
+      float* o = hp.o + r * dp.dvpad;
+      const auto av = hn::Set(d, alpha);
+      for (int64_t x = 0; x < dp.dvpad; x += L) hn::Store(hn::Mul(hn::Load(d, o + x), av), d, o + x);
+    }
+  }
+  for (int64_t r = 0; r < R;) {
+    const RowInfo& ri = hp.rows.info[r];
+    const int64_t j0 = std::max(ri.kbeg, c0) - c0, j1 = std::min(ri.kend, c1) - c0;
+    int64_t n4 = 1;  // rows from r sharing the interval (same query row: same mask)
+    while (n4 < 4 && r + n4 < R && hp.rows.info[r + n4].i == ri.i) ++n4;
+    if (j0 < j1) RowsAxpy(d, w.s + r * kpad, kpad, hp.vt, dp.dvpad, hp.o + r * dp.dvpad, n4, j0, j1);
+    r += n4;
+  }
+}
+
+// Ends one head of a work item: O = O / l, LSE = m + log l; a row with l == 0 saw no key: O = 0,
+// LSE = −∞; a NaN sum gives NaN (as the general forward). With one split it writes the rows' out and
+// lse (sink added); otherwise their normalised partial O and LSE to part_o [rows x dv] / part_lse
+// [rows].
+void FinishHead(const ForwardArgs& a, const DecodePlan& dp, const Sequence& seq, const HeadPart& hp, float* part_o,
+                float* part_lse) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t dv = a.v.dim;
+  for (int64_t r = 0; r < hp.rows.count; ++r) {
+    const RowInfo& ri = hp.rows.info[r];
+    const float l = hp.l[r];
     const bool seen = l > 0 || std::isnan(l);
-    float* o = w.o + r * dp.dvpad;
+    float* o = hp.o + r * dp.dvpad;
     const auto lv = hn::Set(d, l);
     for (int64_t x = 0; x < dp.dvpad; x += L) {
       hn::Store(seen ? hn::Div(hn::Load(d, o + x), lv) : hn::Zero(d), d, o + x);
     }
-    float lse = seen ? w.m[r] + std::log(l) : -kInf;
+    float lse = seen ? hp.m[r] + std::log(l) : -kInf;
     if (!part_o && a.sinks) lse = AddSink(o, dv, lse, a.sinks[ri.h]);
     if (part_o) {
       std::copy(o, o + dv, part_o + r * dv);
@@ -447,6 +561,49 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
       store_row(a.out.data, a.out.dtype, a.out.offset(seq.batch, seq.q_start + ri.i, ri.h), dv, o);
       if (a.lse) a.lse[lse_index(a, seq, ri.h, ri.i)] = lse;
     }
+  }
+}
+
+// Where the split partials of (sequence s, key/value head kvh, split c) go: O at part_o + index·rows·dv,
+// LSE at part_lse + index·rows, index = (s·Hk + kvh)·splits + c (CombineSplits reads them so).
+int64_t partial_index(const DecodePlan& dp, int64_t hk, int64_t s, int64_t kvh, int64_t c) {
+  return (s * hk + kvh) * dp.splits + c;
+}
+
+// Runs work item (sequence s, key/value heads [h0, h0 + nh), split c). With one split it writes the
+// rows' out and lse; otherwise each head's partials (partial_index) into part_o / part_lse.
+void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, int64_t s, int64_t h0,
+                int64_t nh, int64_t c, float* part_o, float* part_lse) {
+  const Sequence seq = sequence(a, s);
+  const Mask& mask = seq.mask;
+  const int64_t nq = mask.seqlen_q;
+  if (nq * dp.group == 0 || nh <= 0) return;
+  HeadPart heads[kMaxDecodeHeads];
+  for (int64_t t = 0; t < nh; ++t) heads[t] = StartHead(a, p, dp, w, seq, s, t, h0 + t);
+  // The tiles' columns past d stay zero: dot products and axpys run over whole vectors. (Rows past
+  // a short last tile's keys are never read.)
+  const int64_t dim = a.k.dim, dv = a.v.dim;
+  for (int64_t row = 0; row < nh * dp.block_k; ++row) {
+    std::fill(w.kt + row * dp.dpad + dim, w.kt + (row + 1) * dp.dpad, 0.0f);
+    std::fill(w.vt + row * dp.dvpad + dv, w.vt + (row + 1) * dp.dvpad, 0.0f);
+  }
+  // Exact scores are for fp32 inputs, and k has q's dtype (validated): its rows are f32.
+  const bool norms = p.exact_scores && p.scores == ScorePrecision::adaptive;
+
+  // This item's keys: its split's chunk of the keys the rows may see.
+  const int64_t n = mask.seqlen_k;
+  const int64_t key_lo = std::max(mask.rows_key_begin(0), split_begin(n, dp.splits, dp.block_k, c));
+  const int64_t key_hi = std::min(mask.rows_key_end(nq), split_begin(n, dp.splits, dp.block_k, c + 1));
+  for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
+    const int64_t c1 = std::min(c0 + dp.block_k, key_hi);
+    LoadTile(a, seq, h0, nh, c0, c1, 2 * dp.block_k, key_hi, dp, w.kt, w.vt, norms ? w.knorm : nullptr);
+    for (int64_t t = 0; t < nh; ++t) HeadTile(a, p, dp, w, seq, s, heads[t], c0, c1);
+  }
+  const int64_t hk = a.k.heads;
+  for (int64_t t = 0; t < nh; ++t) {
+    const int64_t at = part_o ? partial_index(dp, hk, s, h0 + t, c) : 0;
+    FinishHead(a, dp, seq, heads[t], part_o ? part_o + at * dp.rows * dv : nullptr,
+               part_o ? part_lse + at * dp.rows : nullptr);
   }
 }
 
@@ -493,18 +650,17 @@ void CombineSplits(const ForwardArgs& a, const DecodePlan& dp, int64_t s, int64_
 
 }  // namespace
 
-// Runs a decode-shaped call on this target: items (sequence, key/value head, split) are claimed
-// dynamically one at a time (each streams a whole chunk of keys); with splits, a second loop
+// Runs a decode-shaped call on this target: items (sequence, run of key/value heads, split) are
+// claimed dynamically one at a time (each streams a whole chunk of keys); with splits, a second loop
 // combines each (sequence, key/value head) in split order. No item's result depends on which thread
 // ran it, so the output is bitwise identical for any thread count.
 void DecodeTarget(const ForwardArgs& a, const Plan& p, const DecodePlan& dp) {
   const int64_t seqs = num_sequences(a), hk = a.k.heads;
-  const int64_t items = seqs * hk * dp.splits;
+  const int64_t items = seqs * dp.head_runs * dp.splits;
   if (items == 0) return;
   const int64_t dv = a.v.dim;
   const size_t part_floats = decode_partial_floats(dp, seqs, hk, dv);
   float* part = part_floats ? call_scratch(part_floats) : nullptr;
-  // Partials of item (s, kvh, c): O at part_o + ((s·hk + kvh)·splits + c)·rows·dv, LSE likewise.
   float* part_lse = part;
   float* part_o = part ? part + seqs * hk * dp.splits * dp.rows : nullptr;
   const size_t floats = decode_scratch_floats(dp, p.exact_scores);
@@ -513,16 +669,17 @@ void DecodeTarget(const ForwardArgs& a, const Plan& p, const DecodePlan& dp) {
       [&](int64_t it, float* scratch) {
         Carver carver(scratch);
         DecodeScratch w(carver, dp, p.exact_scores);
-        const int64_t c = it % dp.splits, kvh = (it / dp.splits) % hk, s = it / (dp.splits * hk);
-        DecodeItem(a, p, dp, w, s, kvh, c, part ? part_o + it * dp.rows * dv : nullptr,
-                   part ? part_lse + it * dp.rows : nullptr);
+        const int64_t c = it % dp.splits, run = (it / dp.splits) % dp.head_runs, s = it / (dp.splits * dp.head_runs);
+        const int64_t h0 = run * dp.heads;
+        DecodeItem(a, p, dp, w, s, h0, std::min(dp.heads, hk - h0), c, part_o, part_lse);
       });
   if (!part) return;
   ParallelFor(
       p.threads, seqs * hk, 1, [&] { return thread_scratch(static_cast<size_t>(round_up(dv, kMaxLanes))); },
       [&](int64_t it, float* row) {
         const int64_t kvh = it % hk, s = it / hk;
-        CombineSplits(a, dp, s, kvh, part_o + it * dp.splits * dp.rows * dv, part_lse + it * dp.splits * dp.rows, row);
+        const int64_t first = partial_index(dp, hk, s, kvh, 0);
+        CombineSplits(a, dp, s, kvh, part_o + first * dp.rows * dv, part_lse + first * dp.rows, row);
       });
 }
 

@@ -1,9 +1,11 @@
 // The decode path of the forward (docs/cpu-design.md, "Decoding"): calls with few query rows per
 // key/value head (decoding, speculative decoding) are bound by reading K and V once, not by
-// arithmetic. A work item is (sequence, key/value head, split of the keys): all g query heads of the
-// GQA group and all query rows of the sequence (R = g·Nq rows) are scored against each key row as it
-// streams past, so every K and V row is read from memory once per call. Splits keep every core busy
-// when B·Hk is small; their partial (O, LSE) are combined in a fixed order afterwards.
+// arithmetic. A work item is (sequence, a run of consecutive key/value heads, split of the keys): all
+// g query heads of each GQA group and all query rows of the sequence (R = g·Nq rows per key/value
+// head) are scored against each key row as it streams past, so every K and V row is read from memory
+// once per call, and the heads of one key, adjacent in the usual [B, N, Hk, d] caches and in a page,
+// are read together: the item walks the cache in its memory order. Splits keep every core busy when
+// B is small; their partial (O, LSE) are combined in a fixed order afterwards.
 //
 // This header holds the shape rules and the sizes (no SIMD code); decode.cc the kernel.
 #pragma once
@@ -29,7 +31,15 @@ constexpr int64_t kDecodeMaxRows = 64;
 constexpr int64_t kDecodeBlockK = 32;
 constexpr int64_t kDecodeTileFloats = kDecodeBlockK * 128;
 
-// num_splits == 0 picks splits so that B·Hk·splits reaches kDecodeItems work items (enough for the
+// Key/value heads one decode item reads together: as many as keep its fp32 K and V tiles (block_k
+// keys of every head) within kDecodeItemTileBytes, in L2 while each head's rows are scored, and its
+// per-head rows (Q and O) within kDecodeItemRowBytes; at most kMaxDecodeHeads (plan.h), or
+// Config::decode_heads. At d = 128, f32 tiles of 32 keys: 8 heads, 4 KiB of each key's row of an
+// [B, N, 8, 128] f32 cache read front to back.
+constexpr int64_t kDecodeItemTileBytes = 256 << 10;
+constexpr int64_t kDecodeItemRowBytes = 128 << 10;
+
+// num_splits == 0 picks splits so that B·(head runs)·splits reaches kDecodeItems work items (enough for the
 // threads of a large machine to balance), but never chunks shorter than kDecodeMinSplitKeys keys:
 // a split adds R·(dv + 1) floats of partials and one combine step per row, worth it only when the
 // chunk's K/V stream is long.
@@ -45,6 +55,8 @@ struct DecodePlan {
   int64_t dpad = 0;     // q/k head dim rounded up to kMaxLanes
   int64_t dvpad = 0;    // v head dim rounded up to kMaxLanes
   int64_t splits = 1;   // key chunks per (sequence, key/value head)
+  int64_t heads = 1;    // key/value heads per work item (the last run of a sequence may have fewer)
+  int64_t head_runs = 1;  // ceil(Hk / heads): work items per (sequence, split)
   bool bias = false;    // an additive bias (each tile loads its rows' entries)
 };
 
@@ -56,9 +68,9 @@ bool decode_applies(const ForwardArgs& a, const Config& c, const Plan& p);
 // caller's num_splits (0: chosen from the shape).
 DecodePlan make_decode_plan(const ForwardArgs& a, const Config& c, const Plan& p, int64_t requested_splits);
 
-// Returns the splits num_splits == 0 chooses for `sequences` sequences, `heads_k` key/value heads and
-// at most `max_k` keys per sequence.
-int64_t auto_splits(int64_t sequences, int64_t heads_k, int64_t max_k);
+// Returns the splits num_splits == 0 chooses for `sequences` sequences, `head_runs` work items per
+// sequence and split, and at most `max_k` keys per sequence.
+int64_t auto_splits(int64_t sequences, int64_t head_runs, int64_t max_k);
 
 // Returns the first key of chunk c of a sequence with n keys cut into `splits` chunks (c == splits:
 // n). Chunks are equal up to a multiple of block_k, so a chunk's tiles start where an unsplit
@@ -68,31 +80,33 @@ inline int64_t split_begin(int64_t n, int64_t splits, int64_t block_k, int64_t c
   return std::min(c * len, n);
 }
 
-// One decode work item's scratch (rows r = i·g + hg: query row i, head hg of the group). Small:
-// R·(d + dv) + 2·block_k·(d + dv) floats, in L1/L2 at the default sizes.
+// One decode work item's scratch, for dp.heads key/value heads (head t of the item: rows r =
+// i·g + hg of query row i, head hg of the group, at t·rows + r). Q, O and the K, V tiles are per
+// head; the score rows, bias rows and key norms serve one head at a time. At the default sizes the
+// tiles sit in L2 and one head's part of them in L1.
 struct DecodeScratch {
-  float* q;       // [rows x dpad] the item's query rows in fp32, zero-padded
-  float* o;       // [rows x dvpad] output accumulators
-  float* kt;      // [block_k x dpad] the current key tile in fp32, zero-padded
-  float* vt;      // [block_k x dvpad] the current value tile
-  float* s;       // [rows x kpad] scores, then P (keys along the lanes)
+  float* q;       // [heads x rows x dpad] the item's query rows in fp32, zero-padded
+  float* o;       // [heads x rows x dvpad] output accumulators
+  float* kt;      // [heads x block_k x dpad] the current key tile in fp32, zero-padded
+  float* vt;      // [heads x block_k x dvpad] the current value tile
+  float* s;       // [rows x kpad] one head's scores, then P (keys along the lanes)
   double* sd;     // [rows x kpad] raw scores in fp64 (exact scores only, else null)
-  float* m;       // [rows] running max
-  float* l;       // [rows] running sum
-  float* knorm;   // [block_k] squared norms of the tile's key rows (exact scores only)
-  float* bias;    // [rows x kpad] the tile's bias rows, keys along the lanes (DecodePlan::bias, else null)
+  float* m;       // [heads x rows] running max
+  float* l;       // [heads x rows] running sum
+  float* knorm;   // [heads x block_k] squared norms of the tile's key rows (adaptive exact scores only)
+  float* bias;    // [rows x kpad] one head's bias rows, keys along the lanes (DecodePlan::bias, else null)
   int64_t kpad;   // block_k rounded up to kMaxLanes
 
   DecodeScratch(Carver& c, const DecodePlan& dp, bool exact)
-      : q(c.take<float>(dp.rows * dp.dpad, kVectorAlign)),
-        o(c.take<float>(dp.rows * dp.dvpad, kVectorAlign)),
-        kt(c.take<float>(dp.block_k * dp.dpad, kVectorAlign)),
-        vt(c.take<float>(dp.block_k * dp.dvpad, kVectorAlign)),
+      : q(c.take<float>(dp.heads * dp.rows * dp.dpad, kVectorAlign)),
+        o(c.take<float>(dp.heads * dp.rows * dp.dvpad, kVectorAlign)),
+        kt(c.take<float>(dp.heads * dp.block_k * dp.dpad, kVectorAlign)),
+        vt(c.take<float>(dp.heads * dp.block_k * dp.dvpad, kVectorAlign)),
         s(c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign)),
         sd(exact ? c.take<double>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
-        m(c.take<float>(dp.rows, kVectorAlign)),
-        l(c.take<float>(dp.rows, kVectorAlign)),
-        knorm(exact ? c.take<float>(dp.block_k, kVectorAlign) : nullptr),
+        m(c.take<float>(dp.heads * dp.rows, kVectorAlign)),
+        l(c.take<float>(dp.heads * dp.rows, kVectorAlign)),
+        knorm(exact ? c.take<float>(dp.heads * dp.block_k, kVectorAlign) : nullptr),
         bias(dp.bias ? c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
         kpad(round_up(dp.block_k, kMaxLanes)) {}
 };

@@ -11,8 +11,8 @@ bool decode_applies(const ForwardArgs& a, const Config& c, const Plan& p) {
   return c.decode && !a.block_mask.used() && p.max_q >= 1 && p.max_q * p.group <= kDecodeMaxRows;
 }
 
-int64_t auto_splits(int64_t sequences, int64_t heads_k, int64_t max_k) {
-  const int64_t items = std::max<int64_t>(sequences * heads_k, 1);
+int64_t auto_splits(int64_t sequences, int64_t head_runs, int64_t max_k) {
+  const int64_t items = std::max<int64_t>(sequences * head_runs, 1);
   const int64_t wanted = ceil_div(kDecodeItems, items);
   const int64_t longest = std::max<int64_t>(max_k / kDecodeMinSplitKeys, 1);
   return std::clamp<int64_t>(wanted, 1, longest);
@@ -31,7 +31,14 @@ DecodePlan make_decode_plan(const ForwardArgs& a, const Config& c, const Plan& p
   // (split_begin), so more splits would only be empty ones, whose fp32 partials grow with the count
   // (the fuzzer's num_splits = 46341 over 4 keys allocated 428 MB) and add exact zeros when merged.
   const int64_t most = std::max<int64_t>(ceil_div(p.max_k, dp.block_k), 1);
-  dp.splits = requested_splits > 0 ? std::min(requested_splits, most) : auto_splits(p.sequences, a.k.heads, p.max_k);
+  const int64_t tile_bytes = dp.block_k * (dp.dpad + dp.dvpad) * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes = dp.rows * (dp.dpad + dp.dvpad) * static_cast<int64_t>(sizeof(float));
+  const int64_t fit = std::min(kDecodeItemTileBytes / tile_bytes, kDecodeItemRowBytes / row_bytes);
+  const int64_t hk = std::max<int64_t>(a.k.heads, 1);
+  const int64_t want = c.decode_heads > 0 ? c.decode_heads : fit;
+  dp.head_runs = ceil_div(hk, std::clamp<int64_t>(want, 1, std::min(hk, kMaxDecodeHeads)));
+  dp.heads = ceil_div(hk, dp.head_runs);  // runs of equal length up to one head
+  dp.splits = requested_splits > 0 ? std::min(requested_splits, most) : auto_splits(p.sequences, dp.head_runs, p.max_k);
   dp.bias = p.bias;
   return dp;
 }

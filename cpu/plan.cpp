@@ -104,6 +104,9 @@ void check_config(const Config& c) {
     throw Error("cpu::Config.backward_blocks (" + std::to_string(c.backward_blocks) + ") must be in [0, " +
                 std::to_string(kMaxPassBlocks) + "]");
   if (c.threads < 0) throw Error("cpu::Config.threads (" + std::to_string(c.threads) + ") must be >= 0");
+  if (c.decode_heads < 0 || c.decode_heads > kMaxDecodeHeads)
+    throw Error("cpu::Config.decode_heads (" + std::to_string(c.decode_heads) + ") must be in [0, " +
+                std::to_string(kMaxDecodeHeads) + "]");
   if (c.scores != ScorePrecision::adaptive && c.scores != ScorePrecision::fp64 && c.scores != ScorePrecision::fp32)
     throw Error("cpu::Config.scores (" + std::to_string(static_cast<int>(c.scores)) +
                 ") must be ScorePrecision::adaptive, fp64 or fp32");

@@ -71,6 +71,9 @@ constexpr int64_t kAccumulateGroupRows = 16384;
 // once per block (docs/cpu-design.md, "The backward"). Smaller heads stay in cache; one block
 // per pass keeps their P cache small.
 constexpr int64_t kMaxPassBlocks = 16;
+
+// Most key/value heads one decode work item reads together (Config::decode_heads; decode.h).
+constexpr int64_t kMaxDecodeHeads = 16;
 constexpr int64_t kDefaultPassBlocks = 4;
 constexpr int64_t kBackwardHeadBytes = 4 << 20;
 

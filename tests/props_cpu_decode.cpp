@@ -5,7 +5,8 @@
 // - the result agrees with the fp64 oracle by the tolerance rule, for any num_splits;
 // - paged K/V gives bitwise the result of the same keys laid out contiguously with the same
 //   num_splits (num_splits = 0 may choose differently: the rule sees the pages' capacity);
-// - the result is bitwise identical for 1, 2 and 3 threads.
+// - the result is bitwise identical for 1, 2 and 3 threads, and for any number of key/value heads a
+//   work item reads together (Config::decode_heads 1..3: runs of equal and of unequal length).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -52,7 +53,7 @@ DecodeCase gen_decode_case() {
   DecodeCase c;
   c.dtype = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
   c.B = *rc::gen::inRange<int64_t>(1, 4);
-  c.hk = *rc::gen::inRange<int64_t>(1, 3);
+  c.hk = *rc::gen::inRange<int64_t>(1, 4);
   c.g = *rc::gen::element<int64_t>(1, 2, 4, 8, 16);
   c.nq = *rc::gen::inRange<int64_t>(1, std::min<int64_t>(64 / c.g, 5) + 1);
   c.d = *rc::gen::element<int64_t>(8, 16, 37, 64, 128);
@@ -206,6 +207,10 @@ TEST_CASE("cpu decode: decode-shaped calls agree with the oracle on every target
       RC_ASSERT(call.run(true, cfg) == contiguous);
       for (int threads : {2, 3}) {
         cfg.threads = threads;
+        RC_ASSERT(call.run(true, cfg) == contiguous);
+      }
+      for (int heads : {1, 2, 3}) {
+        cfg.decode_heads = heads;
         RC_ASSERT(call.run(true, cfg) == contiguous);
       }
     }, 40);

@@ -209,6 +209,9 @@ TEST_CASE("cpu: bad configs throw flashattn::Error before writing anything") {
   flashattn::cpu::Config bad_threads;
   bad_threads.threads = -1;
   CHECK(error_of(bad_threads).find("cpu::Config.threads (-1)") != std::string::npos);
+  flashattn::cpu::Config bad_heads;
+  bad_heads.decode_heads = 17;
+  CHECK(error_of(bad_heads).find("cpu::Config.decode_heads (17) must be in [0, 16]") != std::string::npos);
   flashattn::cpu::Config bad_scores;
   bad_scores.scores = static_cast<flashattn::cpu::ScorePrecision>(7);
   CHECK(error_of(bad_scores).find("cpu::Config.scores (7)") != std::string::npos);

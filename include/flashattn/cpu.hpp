@@ -57,6 +57,10 @@ struct Config {
   bool decode = true;  // forward: calls with at most 64 rows (query rows x query heads per key/value
                        // head) per sequence and key head take the decode path (one read of K/V for
                        // the whole GQA group, split-KV); false: always the general tiled path
+  int decode_heads = 0;  // decode path: key/value heads one work item reads together, key by key in
+                         // the cache's order (1..16); 0: as many as its tiles keep in L2. Each head's
+                         // results do not depend on it, except through the split count num_splits = 0
+                         // chooses (which follows the number of work items)
 };
 
 // A SIMD target compiled into the library and supported by this CPU.
