@@ -6,8 +6,12 @@
 // Same register blocking as gemm-inl.h on AVX-512: 6 rows of A (broadcast pairs) x 4 vectors of B,
 // 24 accumulators; each vdpbf16ps does two products per fp32 lane, so a pair step costs what one
 // fp32 FMA step costs for twice the work.
+//
+// Other architectures (aarch64) compile only the stubs at the end: cpu_has_avx512_bf16() is false
+// there, so targets() never lists kTargetAvx3Bf16 and the kernels are never called.
 #include "bf16_dot.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
 #include <cstring>
@@ -171,3 +175,24 @@ void GemmBf16Pairs(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t
 }
 
 }  // namespace flashattn::cpu::detail
+
+#else  // not x86
+
+#include <cstdlib>
+
+namespace flashattn::cpu::detail {
+
+bool cpu_has_avx512_bf16() { return false; }
+
+// Unreachable: only a call on kTargetAvx3Bf16 (which targets() lists only after
+// cpu_has_avx512_bf16()) uses these.
+void GemmBf16Pairs(int64_t, int64_t, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t, float*,
+                   int64_t, bool, float*, bool) {
+  std::abort();
+}
+void RoundRowsToBf16PairsFast(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { std::abort(); }
+void PairRowsToBf16Fast(const float*, int64_t, int64_t, int64_t, uint32_t*) { std::abort(); }
+
+}  // namespace flashattn::cpu::detail
+
+#endif  // x86

@@ -54,14 +54,16 @@ HWY_INLINE void MulHiLo(DU du, hn::Vec<DU> x, hn::Vec<DU> m, hn::Vec<DU>& hi, hn
   lo = hn::OddEven(hn::BitCast(du, hn::ShiftLeft<32>(odd)), hn::BitCast(du, even));
 }
 
-// x = Philox4x32-10((j8, row of each lane, stream), seed) for the lanes' rows r0, r0 + 1, …
-// (philox4x32_10 of flashattn/philox.hpp, lane-wise).
+// (x0, x1, x2, x3) = Philox4x32-10((j8, row of each lane, stream), seed) for the lanes' rows r0,
+// r0 + 1, … (philox4x32_10 of flashattn/philox.hpp, lane-wise). Four named vectors, not an array:
+// SVE vectors are sizeless types, which cannot be array elements.
 template <class DU>
-HWY_INLINE void PhiloxRows(DU du, const Dropout& dr, int64_t j8, int64_t r0, hn::Vec<DU> (&x)[4]) {
-  x[0] = hn::Set(du, static_cast<uint32_t>(j8));
-  x[1] = hn::Iota(du, static_cast<uint32_t>(r0));
-  x[2] = hn::Set(du, static_cast<uint32_t>(dr.stream));
-  x[3] = hn::Set(du, static_cast<uint32_t>(dr.stream >> 32));
+HWY_INLINE void PhiloxRows(DU du, const Dropout& dr, int64_t j8, int64_t r0, hn::Vec<DU>& x0, hn::Vec<DU>& x1,
+                           hn::Vec<DU>& x2, hn::Vec<DU>& x3) {
+  x0 = hn::Set(du, static_cast<uint32_t>(j8));
+  x1 = hn::Iota(du, static_cast<uint32_t>(r0));
+  x2 = hn::Set(du, static_cast<uint32_t>(dr.stream));
+  x3 = hn::Set(du, static_cast<uint32_t>(dr.stream >> 32));
   const auto m0 = hn::Set(du, 0xD2511F53u), m1 = hn::Set(du, 0xCD9E8D57u);
   uint32_t k0 = static_cast<uint32_t>(dr.seed), k1 = static_cast<uint32_t>(dr.seed >> 32);
   for (int round = 0; round < 10; ++round) {
@@ -70,12 +72,12 @@ HWY_INLINE void PhiloxRows(DU du, const Dropout& dr, int64_t j8, int64_t r0, hn:
       k1 += 0xBB67AE85u;
     }
     hn::Vec<DU> hi0, lo0, hi1, lo1;
-    MulHiLo(du, x[0], m0, hi0, lo0);
-    MulHiLo(du, x[2], m1, hi1, lo1);
-    x[0] = hn::Xor(hn::Xor(hi1, x[1]), hn::Set(du, k0));
-    x[1] = lo1;
-    x[2] = hn::Xor(hn::Xor(hi0, x[3]), hn::Set(du, k1));
-    x[3] = lo0;
+    MulHiLo(du, x0, m0, hi0, lo0);
+    MulHiLo(du, x2, m1, hi1, lo1);
+    x0 = hn::Xor(hn::Xor(hi1, x1), hn::Set(du, k0));
+    x1 = lo1;
+    x2 = hn::Xor(hn::Xor(hi0, x3), hn::Set(du, k1));
+    x3 = lo0;
   }
 }
 #endif
@@ -109,11 +111,21 @@ HWY_INLINE void DropoutTile(D d, float* HWY_RESTRICT t, int64_t ld, int64_t nk, 
   const auto low16 = hn::Set(du, 0xFFFFu);
   for (int64_t w = 0; w < W; w += L) {
     for (int64_t j8 = c0 / 8; j8 * 8 < c1; ++j8) {
+#if HWY_HAVE_SCALABLE
+      hn::Vec<decltype(du)> x0, x1, x2, x3;  // SVE vectors cannot be array elements
+      PhiloxRows(du, dr, j8, r0 + w, x0, x1, x2, x3);
+#else
       hn::Vec<decltype(du)> x[4];
-      PhiloxRows(du, dr, j8, r0 + w, x);
+      PhiloxRows(du, dr, j8, r0 + w, x[0], x[1], x[2], x[3]);
+#endif
       for (int64_t key = std::max(j8 * 8, c0); key < std::min(j8 * 8 + 8, c1); ++key) {
         const int word = static_cast<int>(key % 8);
-        const auto half = word % 2 ? hn::ShiftRight<16>(x[word / 2]) : hn::And(x[word / 2], low16);
+#if HWY_HAVE_SCALABLE
+        const auto xw = word < 2 ? x0 : word < 4 ? x1 : word < 6 ? x2 : x3;  // x[word / 2]
+#else
+        const auto& xw = x[word / 2];
+#endif
+        const auto half = word % 2 ? hn::ShiftRight<16>(xw) : hn::And(xw, low16);
         // r < threshold: dropped (both below 2^16, so the signed compare is exact)
         const auto dropped = hn::Lt(hn::BitCast(di, half), thr);
         const auto f = hn::IfThenZeroElse(hn::RebindMask(d, dropped), keep);

@@ -76,6 +76,42 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t step_a = kStep == AStep::unit_row ? 1 : sa;  // between rows of A
   const int64_t step_b = kStep == AStep::unit_col ? 1 : sb;  // between steps (columns of A)
+#if HWY_HAVE_SCALABLE
+  // SVE vectors are sizeless types, which cannot be array elements: one vector column of the block
+  // at a time, its MA accumulators named. Every lane sums the same products in the same order as
+  // the array version below, so the results are the same.
+  static_assert(MA <= 6, "six named accumulators");
+  for (int v = 0; v < NV; ++v) {
+    T* HWY_RESTRICT Cv = C + v * L;
+    const auto init = [&](int r) { return accumulate && r < MA ? hn::Load(d, Cv + r * ldc) : hn::Zero(d); };
+    V a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5);
+    for (int64_t b = 0; b < nb; ++b) {
+      const V bv = LoadWidened(d, B + b * ldb + v * L);
+      const float* HWY_RESTRICT ab = A + b * step_b;
+      a0 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[0])), bv, a0);
+      if constexpr (MA > 1) a1 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[step_a])), bv, a1);
+      if constexpr (MA > 2) a2 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[2 * step_a])), bv, a2);
+      if constexpr (MA > 3) a3 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[3 * step_a])), bv, a3);
+      if constexpr (MA > 4) a4 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[4 * step_a])), bv, a4);
+      if constexpr (MA > 5) a5 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[5 * step_a])), bv, a5);
+    }
+    hn::Store(a0, d, Cv);
+    if constexpr (MA > 1) hn::Store(a1, d, Cv + ldc);
+    if constexpr (MA > 2) hn::Store(a2, d, Cv + 2 * ldc);
+    if constexpr (MA > 3) hn::Store(a3, d, Cv + 3 * ldc);
+    if constexpr (MA > 4) hn::Store(a4, d, Cv + 4 * ldc);
+    if constexpr (MA > 5) hn::Store(a5, d, Cv + 5 * ldc);
+    if (col_max) {
+      V m = hn::Max(hn::Load(d, col_max + v * L), a0);
+      if constexpr (MA > 1) m = hn::Max(m, a1);
+      if constexpr (MA > 2) m = hn::Max(m, a2);
+      if constexpr (MA > 3) m = hn::Max(m, a3);
+      if constexpr (MA > 4) m = hn::Max(m, a4);
+      if constexpr (MA > 5) m = hn::Max(m, a5);
+      hn::Store(m, d, col_max + v * L);
+    }
+  }
+#else
   V acc[MA][NV];
   for (int r = 0; r < MA; ++r) {
     for (int v = 0; v < NV; ++v) {
@@ -102,6 +138,7 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
       hn::Store(m, d, col_max + v * L);
     }
   }
+#endif  // HWY_HAVE_SCALABLE
 }
 
 // Runs the rows [0, na) of one column panel of NV vectors, kRowsA rows at a time.

@@ -8,6 +8,10 @@
 #include "bf16_dot.h"
 #include "plan.h"
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 namespace flashattn::cpu {
 
 static_assert((detail::kTargetAvx3Bf16 & (HWY_TARGETS | HWY_SCALAR | HWY_EMU128)) == 0,
@@ -24,10 +28,23 @@ int64_t avx512_base_target() {
   return 0;
 }
 
+// The scalable SVE targets when this thread's SVE vectors are longer than kMaxLanes floats (the
+// architecture allows up to 2048 bits): the padded tiles and scratch regions (plan.h, scratch.h)
+// hold kMaxLanes-float vectors at most. SVE_256 and SVE2_128 are fixed at 256 and 128 bits.
+int64_t too_wide_targets() {
+#if defined(__aarch64__) && defined(__linux__) && defined(PR_SVE_GET_VL)
+  const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);  // bytes (and flags); < 0 without SVE
+  if (vl >= 0 && static_cast<int64_t>(vl & PR_SVE_VL_LEN_MASK) > detail::kMaxLanes * int64_t{sizeof(float)}) {
+    return int64_t{HWY_SVE} | int64_t{HWY_SVE2};
+  }
+#endif
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Target> targets() {
-  const int64_t usable = HWY_TARGETS & hwy::SupportedTargets();
+  const int64_t usable = HWY_TARGETS & hwy::SupportedTargets() & ~too_wide_targets();
   std::vector<Target> out;
   // The AVX512_BF16 path first: best for bf16 inputs, the same as its AVX-512 base for the rest.
   if (avx512_base_target() != 0 && detail::cpu_has_avx512_bf16()) {

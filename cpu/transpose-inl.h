@@ -32,6 +32,13 @@ HWY_INLINE void TransposeBlock(D d, const float* HWY_RESTRICT src, int64_t ld_sr
   (void)ld_src;
   (void)ld_dst;
   if (cols_out > 0) dst[0] = src[0];
+#elif HWY_HAVE_SCALABLE
+  // SVE vectors are sizeless types (no arrays of them) and their lane count is known only at run
+  // time: the block element by element.
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t c = 0; c < cols_out && c < L; ++c) {
+    for (int64_t r = 0; r < L; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
+  }
 #else
   constexpr size_t L = hn::MaxLanes(d);
   static_assert((L & (L - 1)) == 0, "a power-of-two lane count");
