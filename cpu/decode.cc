@@ -327,25 +327,6 @@ inline float LoadKeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_R
   return MaxSquaredNorm(d, dst, n, 1, n);  // the rare non-finite row: MaxSquaredNorm's own rule
 }
 
-// Prefetches into L2 the rows of heads [h0, h0 + nh) of key `at` of tensor t, a prefetch per
-// 64-byte line, four per loop step (prefetch_row's loop of one line per step cost a tenth of a
-// decode call's instructions).
-void PrefetchRun(const ConstTensor& t, const KeyRow& at, int64_t h0, int64_t nh) {
-  const int64_t bytes = t.dim * (t.dtype == DType::f32 ? 4 : 2);
-  const char* base = static_cast<const char*>(t.data);
-  for (int64_t r = 0; r < nh; ++r) {
-    const char* p = base + t.offset(at.batch, at.row, h0 + r) * (t.dtype == DType::f32 ? 4 : 2);
-    int64_t b = 0;
-    for (; b + 256 <= bytes; b += 256) {
-      __builtin_prefetch(p + b, 0, 2);
-      __builtin_prefetch(p + b + 64, 0, 2);
-      __builtin_prefetch(p + b + 128, 0, 2);
-      __builtin_prefetch(p + b + 192, 0, 2);
-    }
-    for (; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
-  }
-}
-
 // Reads keys [c0, c1) of the item's heads [h0, h0 + nh) of sequence seq into the per-head fp32 tiles
 // kt, vt (head t's tile at t·block_k rows; pad columns hold the zeros already there), key by key and
 // within a key head by head: the order of the usual [B, N, Hk, d] caches and of a page, where each key
@@ -361,8 +342,10 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
   for (int64_t j = c0; j < c1; ++j) {
     if (j + ahead < key_end) {
       const KeyRow next = key_row(a, seq, j + ahead);
-      PrefetchRun(a.k, next, h0, nh);
-      PrefetchRun(a.v, next, h0, nh);
+      for (int64_t t = 0; t < nh; ++t) {
+        prefetch_row(a.k.data, a.k.dtype, a.k.offset(next.batch, next.row, h0 + t), dim, PrefetchFor::read_soon);
+        prefetch_row(a.v.data, a.v.dtype, a.v.offset(next.batch, next.row, h0 + t), dv, PrefetchFor::read_soon);
+      }
     }
     const KeyRow at = key_row(a, seq, j);
     for (int64_t t = 0; t < nh; ++t) {

@@ -68,13 +68,24 @@ inline void prefetch_row(const void* data, DType t, int64_t off, int64_t n, Pref
   constexpr int64_t kLine = 64;
   const int64_t size = t == DType::f32 ? 4 : 2;
   const char* p = static_cast<const char*>(data) + off * size;
-  for (int64_t b = 0; b < n * size; b += kLine) {
+  // Four lines per loop step: a loop of one line per step cost a tenth of a decode call's
+  // instructions (decode.cc streams K/V rows through here).
+  const auto line = [&](int64_t b) {
     switch (how) {
       case PrefetchFor::read_now: __builtin_prefetch(p + b, 0, 3); break;
       case PrefetchFor::read_soon: __builtin_prefetch(p + b, 0, 2); break;
       case PrefetchFor::write: __builtin_prefetch(p + b, 1, 3); break;
     }
+  };
+  const int64_t bytes = n * size;
+  int64_t b = 0;
+  for (; b + 4 * kLine <= bytes; b += 4 * kLine) {
+    line(b);
+    line(b + kLine);
+    line(b + 2 * kLine);
+    line(b + 3 * kLine);
   }
+  for (; b < bytes; b += kLine) line(b);
 }
 
 // Writes n zeros of dtype t at element offset `off` of `data`.
