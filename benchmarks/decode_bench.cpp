@@ -2,7 +2,9 @@
 // Nq = --new-rows query rows per sequence, Hq query heads over Hk key/value heads, a KV cache of
 // --cache-len keys per sequence, contiguous [B, Nk, Hk, d] or (--paged) the same memory viewed as a
 // pool of pages in shuffled order through a block table. The bytes a call must read are those of
-// K and V (B·Hk·Nk·(d + dv)·element size); GB/s = those bytes / the call's time.
+// K and V (B·Hk·Nk·(d + dv)·element size); GB/s = those bytes / the call's time. A call is one
+// decoding step: it yields Nq tokens per sequence, so tokens/s per sequence = Nq / the call's time
+// (B·Nq / time for the batch).
 #include "decode_bench.hpp"
 
 #include <omp.h>
@@ -115,7 +117,7 @@ Timing time_calls(int reps, F&& f) {
 struct Row {
   std::string dtype, layout, impl;
   int64_t batch, nk;
-  double median_s, min_s, cpu_s, gbps, percent;
+  double median_s, min_s, cpu_s, gbps, percent, tokens_per_s_seq;
   std::string status;
 };
 
@@ -200,12 +202,13 @@ int run_decode(int argc, char** argv) {
         a.num_splits = o.splits;
         const double bytes = 2.0 * static_cast<double>(kv_elems) * static_cast<double>(es);
         auto record = [&](const std::string& layout, const std::string& impl, Timing tm, const std::string& status) {
-          Row r{ds, layout, impl, B, nk, tm.median, tm.min, tm.cpu, bytes / tm.min * 1e-9, 0, status};
+          Row r{ds, layout, impl, B, nk, tm.median, tm.min, tm.cpu, bytes / tm.min * 1e-9, 0, double(nq) / tm.min, status};
           r.percent = 100.0 * r.gbps / bw_before;
           std::printf(
-              "%-5s B=%-2lld Nk=%-6lld %-10s %-8s median %9.3f ms  min %9.3f ms  cpu %9.3f ms  %6.1f GB/s  %5.1f %%  %s\n",
+              "%-5s B=%-2lld Nk=%-6lld %-10s %-8s median %9.3f ms  min %9.3f ms  cpu %9.3f ms  %6.1f GB/s  %5.1f %%  "
+              "%8.0f tok/s/seq  %s\n",
               ds.c_str(), static_cast<long long>(B), static_cast<long long>(nk), layout.c_str(), impl.c_str(),
-              tm.median * 1e3, tm.min * 1e3, tm.cpu * 1e3, r.gbps, r.percent, status.c_str());
+              tm.median * 1e3, tm.min * 1e3, tm.cpu * 1e3, r.gbps, r.percent, r.tokens_per_s_seq, status.c_str());
           std::fflush(stdout);
           rows.push_back(r);
         };
@@ -270,11 +273,13 @@ int run_decode(int argc, char** argv) {
   std::printf("read bandwidth: %.1f GB/s before, %.1f after; %% uses the before value\n", bw_before, bw_after);
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
-    f << "dtype,batch,nk,layout,impl,median_ms,min_ms,cpu_ms,gbps,percent_of_read_bw,read_bw_before,read_bw_after,status\n";
+    f << "dtype,batch,nk,new_rows,layout,impl,median_ms,min_ms,cpu_ms,gbps,percent_of_read_bw,tokens_per_s_per_seq,"
+         "tokens_per_s,read_bw_before,read_bw_after,status\n";
     for (const Row& r : rows) {
-      f << r.dtype << ',' << r.batch << ',' << r.nk << ',' << r.layout << ',' << r.impl << ',' << r.median_s * 1e3 << ','
-        << r.min_s * 1e3 << ',' << r.cpu_s * 1e3 << ',' << r.gbps << ',' << r.percent << ',' << bw_before << ',' << bw_after << ",\"" << r.status
-        << "\"\n";
+      f << r.dtype << ',' << r.batch << ',' << r.nk << ',' << nq << ',' << r.layout << ',' << r.impl << ','
+        << r.median_s * 1e3 << ',' << r.min_s * 1e3 << ',' << r.cpu_s * 1e3 << ',' << r.gbps << ',' << r.percent << ','
+        << r.tokens_per_s_seq << ',' << r.tokens_per_s_seq * double(r.batch) << ',' << bw_before << ',' << bw_after
+        << ",\"" << r.status << "\"\n";
     }
   }
   return failed ? 1 : 0;
