@@ -1,0 +1,281 @@
+"""CPU figures of the Zen 5 development host: forward/backward against the materialised baseline, the
+default set, scaling, tile sweeps, the AVX2 code forced on Zen 5 and against PyTorch."""
+from . import block, load_json, md_tables, read, span, table
+
+TARGETS = [f"benchmarks/results/2026-11-23/targets/targets-{i}.json" for i in (1, 2, 3)]
+DEFAULT = "benchmarks/results/default/default.json"
+SWEEP = "benchmarks/results/2026-11-23/sweep"
+AVX2_PEERS = "benchmarks/results/2026-11-27/peers-avx2-zen5/peers.md"
+AVX2_KERNEL = "benchmarks/results/2026-11-27/avx2-kernel"
+AVX2_BLOCKS = (("4 x 2", "block4x2"), ("6 x 2", "block6x2"), ("6 x 2 unrolled", "block6x2-unrolled"))
+
+
+# ---- flashattn-bench JSON ------------------------------------------------------------------------
+
+def peak_of(runs):
+    """The highest FMA peak reading (before or after) of the runs."""
+    return max(max(r["machine"]["peak_gflops_before"], r["machine"]["peak_gflops_after"]) for r in runs)
+
+
+def case(r):
+    return (r["impl"], r["pass"], r["dtype"], r["batch"], r["heads_q"], r["seqlen_q"], r["seqlen_k"],
+            r["head_dim"], bool(r["causal"]), r["block_q"], r["block_k"])
+
+
+def fastest(runs):
+    """Per case, the result with the smallest ms_min over the runs (what benchmarks/merge_runs.py keeps)."""
+    best = {}
+    for run in runs:
+        for r in run["results"]:
+            if r["status"] == "ok" and (case(r) not in best or r["ms_min"] < best[case(r)]["ms_min"]):
+                best[case(r)] = r
+    return best
+
+
+def failures(runs):
+    """Check failures of the cases that ran (a skipped case carries no check)."""
+    return sum(1 for run in runs for r in run["results"] if r["status"] == "ok" and r.get("check_passed") is False)
+
+
+def find(best, impl, p, dtype, n, d, causal, **kw):
+    hits = [r for k, r in best.items() if k[:3] == (impl, p, dtype) and k[5] == n and k[7] == d and k[8] == causal
+            and all(r[f] == v for f, v in kw.items())]
+    if len(hits) != 1:
+        raise KeyError(f"{len(hits)} results for {impl} {p} {dtype} N={n} d={d} causal={causal} {kw}")
+    return hits[0]
+
+
+def pct(r, peak):
+    return 100 * r["flops"] / (r["ms_min"] * 1e-3) / 1e9 / peak
+
+
+def mem(n, gib_digits=2):
+    """Bytes as the tables print them: KiB/MiB below 1 GiB (no decimal from 100 up), GiB with gib_digits."""
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size or unit == "KiB":
+            v = n / size
+            if unit == "GiB":
+                return f"{v:.{gib_digits}f} GiB"
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}"
+
+
+def ms3(ms):
+    """Three significant digits, whole numbers kept whole (1451, 89.5, 6.27)."""
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+# ---- forward and backward against the materialised baseline (three runs merged) --------------------
+
+@block("cpu-targets-zen5", *TARGETS)
+def cpu_targets_zen5():
+    runs = [load_json(f) for f in TARGETS]
+    best, peak = fastest(runs), peak_of(runs)
+    rows = []
+    for d in (128, 64):
+        for n in (1024, 4096):
+            for causal in (False, True):
+                for dt in ("f32", "bf16", "f16"):
+                    cf, cb, sf, sb = (find(best, i, p, dt, n, d, causal) for i, p in
+                                      (("cpu", "fwd"), ("cpu", "bwd"), ("standard", "fwd"), ("standard", "bwd")))
+                    rows.append([d, n, "causal" if causal else "none", dt, f"{cf['ms_min']:.2f}", f"{pct(cf, peak):.1f}",
+                                 f"{sf['ms_min']:.2f}", f"{cb['ms_min']:.2f}", f"{pct(cb, peak):.1f}", f"{sb['ms_min']:.2f}",
+                                 f"{cb['ms_min'] / cf['ms_min']:.2f}", f"{mem(cf['extra_bytes'])} / {mem(cb['extra_bytes'])}",
+                                 f"{mem(sf['extra_bytes'])} / {mem(sb['extra_bytes'])}"])
+    head = (f"{len(runs)} runs, fastest per case; `%peak` against {peak:.0f} GFLOP/s, the highest of the runs' "
+            f"{2 * len(runs)} FMA checks; {failures(runs)} check failures.")
+    return head + "\n\n" + table(["d", "N", "mask", "dtype", "cpu fwd ms", "%peak", "std fwd ms", "cpu bwd ms", "%peak",
+                                  "std bwd ms", "bwd/fwd", "cpu mem fwd / bwd", "std mem fwd / bwd"], rows)
+
+
+@block("readme-cpu", *TARGETS)
+def readme_cpu():
+    runs = [load_json(f) for f in TARGETS]
+    best, peak = fastest(runs), peak_of(runs)
+    rows = []
+    for dt, causal in (("f32", False), ("f32", True), ("bf16", False)):
+        cf, cb, sf, sb = (find(best, i, p, dt, 4096, 128, causal) for i, p in
+                          (("cpu", "fwd"), ("cpu", "bwd"), ("standard", "fwd"), ("standard", "bwd")))
+        rows.append([f"{dt}, {'causal' if causal else 'no mask'}", f"{cf['ms_min']:.0f} ms ({pct(cf, peak):.0f} %)",
+                     f"{sf['ms_min']:.0f} ms", f"{cb['ms_min']:.0f} ms ({pct(cb, peak):.0f} %)", f"{sb['ms_min']:.0f} ms",
+                     f"{mem(cf['extra_bytes'])[:-4]} / {mem(cb['extra_bytes'])}, "
+                     f"{mem(sf['extra_bytes'])} / {mem(sb['extra_bytes'], 1)}"])
+    head = f"`%` = share of the measured 2-thread FMA peak ({peak:.0f} GFLOP/s)."
+    return head + "\n\n" + table(["d = 128, N = 4096", "flashattn fwd", "standard fwd", "flashattn bwd", "standard bwd",
+                                  "extra memory fwd / bwd: flashattn, standard"], rows)
+
+
+# ---- the default set (scripts/run) ------------------------------------------------------------------
+
+@block("cpu-default-zen5", DEFAULT)
+def cpu_default_zen5():
+    run = load_json(DEFAULT)
+    best, m = fastest([run]), run["machine"]
+    peak = peak_of([run])
+    picks = [(i, p, "f32", 4, 4096, 128, c) for p in ("fwd", "bwd") for c in (False, True) for i in ("cpu", "standard")]
+    picks += [("cpu", "fwd", "bf16", 8, 1024, 64, False), ("cpu", "bwd", "bf16", 8, 1024, 64, True)]
+    rows = []
+    for impl, p, dt, h, n, d, c in picks:
+        r = find(best, impl, p, dt, n, d, c, heads_q=h)
+        ms = r["ms_min"]
+        rows.append([impl, p, dt, f"{r['batch']}·{h}", n, d, "causal" if c else "none", f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}",
+                     f"{r['flops'] / ms / 1e6:.1f}", f"{pct(r, peak):.1f}", mem(r["extra_bytes"])])
+    head = (f"{len(run['results'])} cases, {failures([run])} check failures; FMA peak {m['peak_gflops_before']:.0f} "
+            f"before, {m['peak_gflops_after']:.0f} after. Selected rows:")
+    return head + "\n\n" + table(["impl", "pass", "dtype", "B·H", "N", "d", "mask", "min ms", "GFLOP/s", "%peak",
+                                  "extra memory"], rows)
+
+
+# ---- scaling and the tile sweep ------------------------------------------------------------------
+
+@block("cpu-scaling-zen5", f"{SWEEP}/scaling.json", f"{SWEEP}/scaling-65536-forward.txt")
+def cpu_scaling_zen5():
+    run = load_json(f"{SWEEP}/scaling.json")
+    m, results = run["machine"], run["results"]
+    seqlens = sorted({r["seqlen_q"] for r in results})
+    cell = {(r["pass"], bool(r["causal"]), r["head_dim"], r["impl"], r["seqlen_q"]): r for r in results}
+    times, mems = [], []
+    for p in ("fwd", "bwd"):
+        for c in (False, True):
+            for d in (64, 128):
+                for impl in ("cpu", "standard"):
+                    row = [p, "causal" if c else "none", d, impl]
+                    for n in seqlens:
+                        r = cell[(p, c, d, impl, n)]
+                        row.append(f"{ms3(r['ms_min'])} ({r['flops'] / r['ms_min'] / 1e6:.0f})" if r["status"] == "ok"
+                                   else "out of memory")
+                    times.append(row)
+    for p in ("fwd", "bwd"):
+        for d in (64, 128):
+            for impl in ("cpu", "standard"):
+                row = [p, d, impl]
+                for n in seqlens:
+                    r = cell[(p, False, d, impl, n)]
+                    need = r["status"].split("needs ")[-1].split(" of")[0] if "needs" in r["status"] else ""
+                    row.append(mem(r["extra_bytes"], 1) if r["status"] == "ok" else f"needs {need}")
+                mems.append(row)
+    big = {}
+    for line in read(f"{SWEEP}/scaling-65536-forward.txt").splitlines():
+        if line.split()[1] == "cpu" and ": " in line and " ms," in line:
+            big["causal" if line.rstrip().split(":")[0].endswith("causal") else "full"] = float(
+                line.split(": ")[1].split(" ms")[0])
+    flops64k = 4 * 8 * 65536 ** 2 * 64
+    head = (f"FMA peak {m['peak_gflops_before']:.0f} before and {m['peak_gflops_after']:.0f} after the sweep; "
+            f"{failures([run])} check failures. Time, min ms (GFLOP/s):")
+    tail = (f"N = 65536, forward only (the baseline's forward needs 32 GiB and is refused; unchecked), from an "
+            f"earlier, interrupted run of the same sweep with the same forward code at 2b528c8 (`scaling-65536-forward.txt`): "
+            f"d = 64 {big['full'] / 1e3:.1f} s ({flops64k / big['full'] / 1e6:.0f} GFLOP/s), causal {big['causal'] / 1e3:.1f} s.")
+    return "\n\n".join([head, table(["pass", "mask", "d", "impl"] + [str(n) for n in seqlens], times),
+                        "Extra memory (bytes beyond inputs and outputs; the same with and without a causal mask):",
+                        table(["pass", "d", "impl"] + [str(n) for n in seqlens], mems), tail])
+
+
+def tile_sweep(results):
+    """Per (pass, N, d, causal): the default's time, the best time and its (block_q, block_k)."""
+    shapes = {}
+    for r in results:
+        if r["status"] != "ok":
+            continue
+        s = shapes.setdefault((r["pass"], r["seqlen_q"], r["head_dim"], bool(r["causal"])), {})
+        t = (r["block_q"], r["block_k"])
+        s[t] = min(s.get(t, float("inf")), r["ms_min"])
+    return shapes
+
+
+@block("cpu-tiles-zen5", f"{SWEEP}/tiles.json")
+def cpu_tiles_zen5():
+    run = load_json(f"{SWEEP}/tiles.json")
+    shapes = tile_sweep(run["results"])
+    rows, per_q = [], {}
+    for p in ("fwd", "bwd"):
+        for d in (64, 128):
+            for c in (False, True):
+                for n in (1024, 4096):
+                    s = shapes[(p, n, d, c)]
+                    best_t = min(s, key=s.get)
+                    dflt = s[(0, 0)]
+                    rows.append([p, n, d, "causal" if c else "none", "default" if best_t == (0, 0) else f"{best_t[0]}x{best_t[1]}",
+                                 f"{s[best_t]:.2f}", f"{dflt:.2f}", f"+{100 * (dflt / s[best_t] - 1):.1f}%"])
+                    for bq in {t[0] for t in s if t != (0, 0)}:
+                        per_q.setdefault(bq, []).append(min(v for t, v in s.items() if t[0] == bq) / s[best_t])
+    m = run["machine"]
+    head = (f"{len(run['results'])} cases, {failures([run])} check failures "
+            f"(FMA peak {m['peak_gflops_before']:.0f} before, {m['peak_gflops_after']:.0f} after). Per query-tile size, the "
+            f"best time over the key tiles against the shape's best: "
+            + ", ".join(f"{bq} rows {span(v)}x" for bq, v in sorted(per_q.items())) + ".")
+    return head + "\n\n" + table(["pass", "N", "d", "mask", "best (q x k)", "best ms", "default ms", "default vs best"],
+                                 sorted(rows, key=lambda r: (r[0] != "fwd", r[2], r[3] != "none", r[1])))
+
+
+# ---- the AVX2 code forced on Zen 5 -----------------------------------------------------------------
+
+def peers(rel):
+    """The rows of a benchmarks/peers_table.py table, as dicts keyed by its header, and its first line."""
+    header, body = md_tables(rel)[0]
+    return [dict(zip(header, r)) for r in body], read(rel).splitlines()[0]
+
+
+def ratio_cells(rows, p, dt, d):
+    """'none / causal, none / causal' ratios at N = 1024 then 4096, in the peers table's format."""
+    def r(n, mask):
+        row = next(x for x in rows if (x["pass"], x["dtype"], x["N"], x["d"], x["mask"]) == (p, dt, n, d, mask))
+        v = float(row["torch-flash / cpu"].rstrip("x"))
+        return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+    return f"{r('1024', 'none')} / {r('1024', 'causal')}, {r('4096', 'none')} / {r('4096', 'causal')}"
+
+
+@block("cpu-peers-avx2-zen5", AVX2_PEERS)
+def cpu_peers_avx2_zen5():
+    rows, first = peers(AVX2_PEERS)
+    peak = first.split("fp32 FMA peak ")[1].split(" GFLOP/s")[0]
+    body = []
+    for p in ("fwd", "bwd"):
+        for dt in ("f32", "bf16"):
+            sel = [int(x["cpu %pk"]) for x in rows if x["pass"] == p and x["dtype"] == dt]
+            body.append([p, dt, ratio_cells(rows, p, dt, "64"), ratio_cells(rows, p, dt, "128"), f"{min(sel)}-{max(sel)} %"])
+    head = f"fp32 FMA peak (AVX2, 2 threads) {peak} GFLOP/s."
+    return head + "\n\n" + table(["pass", "dtype", "torch-flash / cpu, d = 64: N = 1024 none / causal, N = 4096 none / causal",
+                                  "d = 128: the same order", "flashattn % of the AVX2 FMA peak"], body)
+
+
+@block("readme-avx2", AVX2_PEERS)
+def readme_avx2():
+    rows, _ = peers(AVX2_PEERS)
+
+    def pk(p):
+        return span([int(x["cpu %pk"]) for x in rows if x["pass"] == p], "{}")
+
+    def ratio(p, dts, fmt="{:.2f}"):
+        return span([float(x["torch-flash / cpu"].rstrip("x")) for x in rows if x["pass"] == p and x["dtype"] in dts], fmt)
+    return (f"{pk('fwd')} % of the AVX2 FMA peak forward, {pk('bwd')} % backward; against PyTorch's CPU flash kernel "
+            f"{ratio('fwd', ('f32', 'bf16'))}x forward, {ratio('bwd', ('f32',))}x f32 backward, "
+            f"{ratio('bwd', ('bf16',), '{:.0f}')}x bf16 backward.")
+
+
+@block("cpu-avx2-blocks", *(f"{AVX2_KERNEL}/{f}-flashattn.json" for _, f in AVX2_BLOCKS), f"{AVX2_KERNEL}/tile-sweep-6x2.json")
+def cpu_avx2_blocks():
+    runs = [load_json(f"{AVX2_KERNEL}/{f}-flashattn.json") for _, f in AVX2_BLOCKS]
+    bests = [fastest([r]) for r in runs]
+    peaks = [peak_of([r]) for r in runs]
+    rows = []
+    for p in ("fwd", "bwd"):
+        for d in (64, 128):
+            for c in (False, True):
+                for n in (1024, 4096):
+                    cells = []
+                    for best, peak in zip(bests, peaks):
+                        r = find(best, "cpu", p, "f32", n, d, c)
+                        cells.append(f"{r['ms_min']:.1f} ms ({pct(r, peak):.0f} %)")
+                    rows.append([p, n, d, "causal" if c else "none"] + cells)
+    sweep = load_json(f"{AVX2_KERNEL}/tile-sweep-6x2.json")
+    shapes = tile_sweep(sweep["results"])
+    gaps = sorted(((s[(0, 0)] / min(s.values()) - 1, k) for k, s in shapes.items()), reverse=True)
+
+    def name(k):
+        return f"{'forward' if k[0] == 'fwd' else 'backward'} N = {k[1]} d = {k[2]}{' causal' if k[3] else ''}"
+    lo = min(min(r['machine']['peak_gflops_before'], r['machine']['peak_gflops_after']) for r in runs)
+    head = f"AVX2 FMA peak (one core) {lo:.0f}-{max(peaks):.0f} GFLOP/s over the three runs."
+    tail = (f"A tile sweep in the same setting with the 6 x 2 kernel (`--tile-sweep --block-q 32,64,128 --block-k "
+            f"64,128,256`, 1 thread, f32) put the defaults within {100 * gaps[0][0]:.0f} % of the best tiles in all "
+            f"{len(shapes)} cases (largest gaps: {name(gaps[0][1])} {100 * gaps[0][0]:.1f} %, {name(gaps[1][1])} "
+            f"{100 * gaps[1][0]:.1f} %; `tile-sweep-6x2.json`).")
+    return "\n\n".join([head, table(["pass", "N", "d", "mask"] + [n for n, _ in AVX2_BLOCKS], rows), tail])
