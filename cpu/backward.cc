@@ -244,8 +244,8 @@ void DroppedGradP(const Plan& p, BackwardScratch& w, const QueryBlock& b, const 
   const hn::ScalableTag<float> d;
   const int64_t ld = p.qpad, dim = p.dim, d2 = ceil_div(dim, 2);
   if (kBf16Path && p.bf16_dot) {  // dPᵀ[j][i] = Σ_t V(c0+j) pair t · dOᵀ pair t [i]
-    GemmBf16Pairs(nkb, b.W, w.vp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.dot), ld, d2, w.dpt, ld, false,
-                  nullptr, exact);
+    GemmBf16Pairs(Matrix<float>{w.dpt, nkb, b.W, ld}, PairMatrix{w.vp + c0 * d2, nkb, d2, d2}, pairs_of(b.dot, d2, b.W, ld),
+                  Accumulate::no, products_for(exact));
   } else {  // dPᵀ[j][i] = Σ_x V[c0+j][x] · dOᵀ[x][i]
     Gemm(d, Matrix<float>{w.dpt, nkb, b.W, ld}, row_block(v, c0, nkb, dim), ConstMatrix{b.dot, dim, b.W, ld},
          Accumulate::no);
@@ -266,7 +266,6 @@ void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t 
   const int64_t Wd = round_up(dim, static_cast<int64_t>(hn::Lanes(d)));
   const int64_t row_pairs = ceil_div(b.rows, 2);
   float* pt = b.pc + c0 * ld;
-  const auto pairs = [](const float* f) { return reinterpret_cast<const uint32_t*>(f); };
   const uint32_t* ki = w.ki + (c0 / p.block_k) * ceil_div(p.block_k, 2) * dp;
   DroppedGradP(p, w, b, Rows{}, c0, nkb, exact, drop, w.zt);
   GradScores(d, pt, w.dpt, b.tc ? b.tc + c0 * ld : nullptr, ld, nkb, b.W, b.dd, scale);
@@ -281,10 +280,15 @@ void BackwardTileBf16(const Plan& p, BackwardScratch& w, QueryBlock& b, int64_t 
     PairRowsToBf16Fast(w.dpt, ld, nkb, b.W, w.scol);
   }
   // dV[j][x] += Σ_t Pᵀ(j) pair t · dO pair t [x]; dK likewise from dSᵀ and Q
-  GemmBf16Pairs(nkb, Wd, w.prow, ldh, 1, pairs(b.dor), dp, row_pairs, w.dvg + c0 * dp, dp, true, nullptr, exact);
-  GemmBf16Pairs(nkb, Wd, w.srow, ldh, 1, pairs(b.qr), dp, row_pairs, w.dkg + c0 * dp, dp, true, nullptr, exact);
+  const Bf16Products products = products_for(exact);
+  GemmBf16Pairs(Matrix<float>{w.dvg + c0 * dp, nkb, Wd, dp}, PairMatrix{w.prow, nkb, row_pairs, ldh},
+                pairs_of(b.dor, row_pairs, Wd, dp), Accumulate::yes, products);
+  GemmBf16Pairs(Matrix<float>{w.dkg + c0 * dp, nkb, Wd, dp}, PairMatrix{w.srow, nkb, row_pairs, ldh},
+                pairs_of(b.qr, row_pairs, Wd, dp), Accumulate::yes, products);
   // dQᵀ[x][i] += Σ_t K pair t [x] · dSᵀ pair t [i]
-  GemmBf16Pairs(dim, b.W, ki, 1, dp, w.scol, ld, ceil_div(nkb, 2), b.dqt, ld, true, nullptr, exact);
+  const int64_t key_pairs = ceil_div(nkb, 2);
+  GemmBf16Pairs(Matrix<float>{b.dqt, dim, b.W, ld}, Transposed(PairMatrix{ki, key_pairs, dim, dp}),
+                PairMatrix{w.scol, key_pairs, b.W, ld}, Accumulate::yes, products);
 }
 
 // Pass 1 of one tile (keys [c0, c1) x query block b, not empty): P = exp(S − LSE) into b's P cache
@@ -320,8 +324,8 @@ void RecomputeTile(const AttentionArgs& a, const Plan& p, BackwardScratch& w, Qu
     ExpMinusLseExact(dd, w.sd, pt, ld, nkb, b.W, fused_scale, b.lse);
   } else {
     if (bf16) {  // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
-      GemmBf16Pairs(nkb, b.W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(b.qt), ld, d2, pt, ld, false,
-                    nullptr, w.ktiny[c0 / p.block_k] || b.tiny);
+      GemmBf16Pairs(Matrix<float>{pt, nkb, b.W, ld}, PairMatrix{w.kp + c0 * d2, nkb, d2, d2}, pairs_of(b.qt, d2, b.W, ld),
+                    Accumulate::no, products_for(w.ktiny[c0 / p.block_k] || b.tiny));
     } else {
       Gemm(d, Matrix<float>{pt, nkb, b.W, ld}, kb, qt, Accumulate::no);
     }

@@ -14,6 +14,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
+#include <cassert>
 #include <cstring>
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_*(), which its
@@ -165,12 +166,14 @@ bool cpu_has_avx512_bf16() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
-void GemmBf16Pairs(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B, int64_t ldb,
-                   int64_t npairs, float* C, int64_t ldc, bool accumulate, float* col_max, bool exact) {
-  if (exact) {
-    Kernel<true>(na, W, A, sa, sb, B, ldb, npairs, C, ldc, accumulate, col_max);
+void GemmBf16Pairs(const Matrix<float>& C, const PairOperand& A, const PairMatrix& B, Accumulate accumulate,
+                   Bf16Products products, float* col_max) {
+  assert(A.rows == C.rows && A.cols == B.rows && B.cols == C.cols && C.cols % kLanes == 0);
+  const bool acc = accumulate == Accumulate::yes;
+  if (products == Bf16Products::exact) {
+    Kernel<true>(C.rows, C.cols, A.data, A.row_step, A.col_step, B.data, B.stride, A.cols, C.data, C.stride, acc, col_max);
   } else {
-    Kernel<false>(na, W, A, sa, sb, B, ldb, npairs, C, ldc, accumulate, col_max);
+    Kernel<false>(C.rows, C.cols, A.data, A.row_step, A.col_step, B.data, B.stride, A.cols, C.data, C.stride, acc, col_max);
   }
 }
 
@@ -186,8 +189,7 @@ bool cpu_has_avx512_bf16() { return false; }
 
 // Unreachable: only a call on kTargetAvx3Bf16 (which targets() lists only after
 // cpu_has_avx512_bf16()) uses these.
-void GemmBf16Pairs(int64_t, int64_t, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t, float*,
-                   int64_t, bool, float*, bool) {
+void GemmBf16Pairs(const Matrix<float>&, const PairOperand&, const PairMatrix&, Accumulate, Bf16Products, float*) {
   std::abort();
 }
 void RoundRowsToBf16PairsFast(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { std::abort(); }

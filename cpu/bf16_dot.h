@@ -6,23 +6,33 @@
 
 #include <cstdint>
 
+#include "matrix.h"
+
 namespace flashattn::cpu::detail {
 
 // Returns whether this CPU executes AVX512_BF16 (and the AVX-512 F/BW/VL the kernel also uses).
 bool cpu_has_avx512_bf16();
 
-// C[na x W] (+)= A · B over "bf16 pairs": every uint32 holds two bf16 values (element 2t in the low
-// half, 2t + 1 in the high half) of the reduction dimension, so
-//   C[a][i] (+)= Σ_t A(a, t).lo · B[t][i].lo + A(a, t).hi · B[t][i].hi,   t < npairs,
-// with A(a, t) = A[a·sa + t·sb] (broadcast) and B [npairs x W] row-major (stride ldb, 64-byte
-// aligned rows; W a multiple of 16), C fp32 (stride ldc, aligned). Each pair is two fp32 FMAs in
-// the order vdpbf16ps defines (high product first); products of bf16 are exact in fp32.
-// exact = false uses vdpbf16ps, which treats subnormal inputs as zero and flushes subnormal results
-// (its DAZ/FTZ semantics, whatever MXCSR says); exact = true widens and uses FMAs that keep them.
-// col_max (W floats, aligned, or null): col_max = max(col_max, max over the rows of C).
-void GemmBf16Pairs(int64_t na, int64_t W, const uint32_t* A, int64_t sa, int64_t sb, const uint32_t* B,
-                   int64_t ldb, int64_t npairs, float* C, int64_t ldc, bool accumulate, float* col_max,
-                   bool exact);
+// How GemmBf16Pairs multiplies: `fast` uses vdpbf16ps, which treats subnormal inputs as zero and
+// flushes subnormal results (its DAZ/FTZ semantics, whatever MXCSR says); `exact` widens and uses
+// FMAs that keep them (for tiles with a tiny input, bf16-inl.h).
+enum class Bf16Products : bool { fast, exact };
+
+// C (+)= A · B over "bf16 pairs": every uint32 holds two bf16 values (element 2t in the low half,
+// 2t + 1 in the high half) of the reduction dimension, so
+//   C(a, i) (+)= Σ_t A(a, t).lo · B(t, i).lo + A(a, t).hi · B(t, i).hi,   t < A.cols = B.rows,
+// A read one pair at a time (a row-major PairMatrix or Transposed(one)), B row-major with 64-byte
+// aligned rows and B.cols = C.cols a multiple of 16, C fp32 (aligned rows), C.rows = A.rows. Each
+// pair is two fp32 FMAs in the order vdpbf16ps defines (high product first); products of bf16 are
+// exact in fp32. col_max (C.cols floats, aligned, or null): col_max = max(col_max, max over C's rows).
+void GemmBf16Pairs(const Matrix<float>& C, const PairOperand& A, const PairMatrix& B, Accumulate accumulate,
+                   Bf16Products products, float* col_max = nullptr);
+
+// A float buffer holding bf16 pairs (the packing functions below write them in place of floats).
+inline PairMatrix pairs_of(const float* data, int64_t rows, int64_t cols, int64_t stride) {
+  return {reinterpret_cast<const uint32_t*>(data), rows, cols, stride};
+}
+inline Bf16Products products_for(bool tiny) { return tiny ? Bf16Products::exact : Bf16Products::fast; }
 
 // fp32 tiles rounded to bf16 pairs with vcvtne(2)ps2bf16 (nearest even; like vdpbf16ps it treats
 // subnormal inputs as zero, so only for operands of GemmBf16Pairs with exact = false, where a

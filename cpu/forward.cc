@@ -111,8 +111,8 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
   float* tmax = !transform && kinds.kind() == TileKind::full && fused_scale > 0 ? w.tmax : nullptr;
   if (tmax) std::fill(tmax, tmax + W, -inf);
   // Sᵀ[j][i] = Σ_t K(c0+j) pair t · Qᵀ pair t [i]
-  GemmBf16Pairs(nk, W, w.kp + c0 * d2, d2, 1, reinterpret_cast<const uint32_t*>(w.qt), ld, d2, w.st, ld, false, tmax,
-                tiny);
+  GemmBf16Pairs(Matrix<float>{w.st, nk, W, ld}, PairMatrix{w.kp + c0 * d2, nk, d2, d2}, pairs_of(w.qt, d2, W, ld),
+                Accumulate::no, products_for(tiny), tmax);
   if (transform) TransformScores(d, w.st, ld, nk, W, ts, nullptr);
   if (kinds.rule == TileKind::partial) MaskScores(d, w.st, ld, nk, W, c0, w.kbeg, w.kend, hidden);
   if (kinds.blocks == TileKind::partial) MaskBlockTile(a.block_mask, seq.index, h, ts.r0, rows, c0, nk, w.st, ld, hidden);
@@ -125,7 +125,8 @@ void ForwardTileBf16(const ForwardArgs& a, const Plan& p, ForwardScratch& w, con
     PairRowsToBf16Fast(w.st, ld, nk, W, w.pp);
   }
   // Oᵀ[x][i] += Σ_t V pair t [x] · Pᵀ pair t [i]
-  GemmBf16Pairs(dim, W, vpairs, 1, p.dpad, w.pp, ld, ceil_div(nk, 2), w.ot, ld, true, nullptr, tiny);
+  GemmBf16Pairs(Matrix<float>{w.ot, dim, W, ld}, Transposed(PairMatrix{vpairs, ceil_div(nk, 2), dim, p.dpad}),
+                PairMatrix{w.pp, ceil_div(nk, 2), W, ld}, Accumulate::yes, products_for(tiny));
 }
 
 // Computes rows [r0, r0 + block_q) of query head h of sequence s; prefetches the rows of `next`.

@@ -24,28 +24,37 @@ struct Matrix {
 using ConstMatrix = Matrix<const float>;
 
 // An operand read as the transpose of `of`: element (r, c) is of(c, r). Made by Transposed().
-struct TransposedMatrix {
-  ConstMatrix of;
+template <typename T>
+struct TransposedOf {
+  Matrix<const T> of;
 };
+using TransposedMatrix = TransposedOf<float>;
 
 // Returns m read transposed ([m.cols x m.rows]), e.g. Vᵀ from the V rows in place.
 inline TransposedMatrix Transposed(const ConstMatrix& m) { return {m}; }
 
+// Rows of bf16 pairs (bf16_dot.h): each uint32 holds two bf16 values of the reduction dimension.
+using PairMatrix = Matrix<const uint32_t>;
+inline TransposedOf<uint32_t> Transposed(const PairMatrix& m) { return {m}; }
+
 // Whether a product adds to its output or overwrites it.
 enum class Accumulate : bool { no, yes };
 
-// The left operand of a product, A in C (+)= A·B: read one scalar at a time (broadcast), so it may be
-// a row-major matrix or a transposed one; element (a, b) at data[a·row_step + b·col_step]. Built
+// The left operand of a product, A in C (+)= A·B: read one element at a time (broadcast), so it may
+// be a row-major matrix or a transposed one; element (a, b) at data[a·row_step + b·col_step]. Built
 // implicitly from either, so a call states the orientation and never the strides.
-struct ScalarOperand {
-  const float* data;
+template <typename T>
+struct BroadcastOperand {
+  const T* data;
   int64_t rows, cols;
   int64_t row_step, col_step;
 
-  ScalarOperand(const ConstMatrix& m)  // NOLINT(google-explicit-constructor): the point of the type
+  BroadcastOperand(const Matrix<const T>& m)  // NOLINT(google-explicit-constructor): the point of the type
       : data(m.data), rows(m.rows), cols(m.cols), row_step(m.stride), col_step(1) {}
-  ScalarOperand(const TransposedMatrix& t)  // NOLINT(google-explicit-constructor)
+  BroadcastOperand(const TransposedOf<T>& t)  // NOLINT(google-explicit-constructor)
       : data(t.of.data), rows(t.of.cols), cols(t.of.rows), row_step(1), col_step(t.of.stride) {}
 };
+using ScalarOperand = BroadcastOperand<float>;  // fp32 tile products (gemm-inl.h)
+using PairOperand = BroadcastOperand<uint32_t>;  // bf16-pair tile products (bf16_dot.h)
 
 }  // namespace flashattn::cpu::detail

@@ -158,7 +158,7 @@ TEST_CASE("cpu bf16 pair kernel: vdpbf16ps matches the exact kernel and the pair
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   // 7 rows (a full 6-row block and a 1-row tail), 48 columns (a 3-vector panel), 5 pairs; A read
-  // transposed-style (sa = 1, sb = na) to cover both strides.
+  // transposed (from its [np x na] rows) to cover the column stride.
   const int64_t na = 7, W = 48, np = 5, ld = 64;
   std::vector<uint32_t> A(static_cast<size_t>(na * np));
   Aligned<uint32_t> B(static_cast<size_t>(np * ld));
@@ -168,8 +168,12 @@ TEST_CASE("cpu bf16 pair kernel: vdpbf16ps matches the exact kernel and the pair
   Aligned<float> max_fast(W), max_exact(W);
   for (int64_t i = 0; i < W; ++i) max_fast.data[i] = max_exact.data[i] = -INFINITY;
   for (int64_t i = 0; i < na * ld; ++i) fast.data[i] = exact.data[i] = 0.25f * static_cast<float>(i % 5);
-  GemmBf16Pairs(na, W, A.data(), 1, na, B.data, ld, np, fast.data, ld, true, max_fast.data, false);
-  GemmBf16Pairs(na, W, A.data(), 1, na, B.data, ld, np, exact.data, ld, true, max_exact.data, true);
+  using namespace flashattn::cpu::detail;  // NOLINT: the operand views
+  const PairMatrix at{A.data(), np, na, na}, bm{B.data, np, W, ld};
+  GemmBf16Pairs(Matrix<float>{fast.data, na, W, ld}, Transposed(at), bm, Accumulate::yes, Bf16Products::fast,
+                max_fast.data);
+  GemmBf16Pairs(Matrix<float>{exact.data, na, W, ld}, Transposed(at), bm, Accumulate::yes, Bf16Products::exact,
+                max_exact.data);
   for (int64_t r = 0; r < na; ++r) {
     for (int64_t i = 0; i < W; ++i) {
       float want = 0.25f * static_cast<float>((r * ld + i) % 5);
@@ -201,8 +205,10 @@ TEST_CASE("cpu bf16 pair kernel: subnormal inputs are zero for vdpbf16ps, exact 
   Aligned<uint32_t> B(16);
   for (int i = 0; i < 16; ++i) B.data[i] = pair_of(1.0f, 1.0f);
   Aligned<float> fast(16), exact(16);
-  GemmBf16Pairs(1, 16, &a, 1, 1, B.data, 16, 1, fast.data, 16, false, nullptr, false);
-  GemmBf16Pairs(1, 16, &a, 1, 1, B.data, 16, 1, exact.data, 16, false, nullptr, true);
+  using namespace flashattn::cpu::detail;  // NOLINT: the operand views
+  const PairMatrix am{&a, 1, 1, 1}, bm{B.data, 1, 16, 16};
+  GemmBf16Pairs(Matrix<float>{fast.data, 1, 16, 16}, am, bm, Accumulate::no, Bf16Products::fast);
+  GemmBf16Pairs(Matrix<float>{exact.data, 1, 16, 16}, am, bm, Accumulate::no, Bf16Products::exact);
   for (int i = 0; i < 16; ++i) {
     CHECK(fast.data[i] == 0.0f);
     CHECK(exact.data[i] == sub);
