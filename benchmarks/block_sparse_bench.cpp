@@ -32,7 +32,7 @@
 #include "flashattn/reference.hpp"
 #include "machine.hpp"
 #include "peak.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 
@@ -191,10 +191,10 @@ std::string check_small(const std::string& name, double rho, const Settings& s, 
   flashattn::ForwardArgs f = p.forward();
   f.block_mask = m.view();
   flashattn::cpu::forward(f, cfg);
-  if (std::string e = props::judge_forward(f).first_failure(); !e.empty()) return "forward: " + e;
+  if (std::string e = flashattn::tolerance::judge_forward(f).first_failure(); !e.empty()) return "forward: " + e;
   const flashattn::BackwardArgs g = p.backward(f);
   flashattn::cpu::backward(g, cfg);
-  if (std::string e = props::judge_backward(g).first_failure(); !e.empty()) return "backward: " + e;
+  if (std::string e = flashattn::tolerance::judge_backward(g).first_failure(); !e.empty()) return "backward: " + e;
   return "";
 }
 

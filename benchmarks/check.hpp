@@ -1,7 +1,7 @@
 // Checks that decide whether an implementation's result is right.
 //
 // Against the fp64 oracle the benchmarks use the tests' one tolerance rule (props/tolerance.hpp,
-// docs/semantics.md "How the tests judge a backend"): Trusted::check calls props::judge_forward /
+// docs/semantics.md "How the tests judge a backend"): Trusted::check calls flashattn::tolerance::judge_forward /
 // judge_backward. What this file adds is NOT that rule: a coarser check for sizes the oracle cannot
 // reach.
 //
@@ -40,7 +40,7 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b, 
 double max_abs(const std::vector<double>& x);
 
 // Checks impl (of dtype `dtype`) against a trusted fp32 result with the stated bound above; `c` is
-// the rule's multiplier for the output (props::kOutFactor or kGradFactor).
+// the rule's multiplier for the output (flashattn::tolerance::kOutFactor or kGradFactor).
 TensorCheck check_vs_trusted_f32(const std::string& name, const std::vector<double>& impl,
                                  const std::vector<double>& trusted, flashattn::DType dtype, double c,
                                  int64_t seqlen_q, int64_t seqlen_k);

@@ -26,9 +26,9 @@
 
 #include "flashattn/convert.hpp"
 #include "flashattn/cpu.hpp"
-#include "props/tolerance.hpp"
 #include "read_bandwidth.hpp"
 #include "standard.hpp"
+#include "tolerance/judge.hpp"
 
 namespace bench {
 namespace {
@@ -240,7 +240,7 @@ int run_decode(int argc, char** argv) {
           cfg.decode_heads = o.decode_heads;
           if (o.check && nk <= 4096) {
             flashattn::cpu::forward(f, cfg);
-            const props::Judgement j = props::judge_forward(f);
+            const flashattn::tolerance::Judgement j = flashattn::tolerance::judge_forward(f);
             if (!j.passed()) {
               status = "CHECK FAILED: " + j.first_failure();
               failed = true;

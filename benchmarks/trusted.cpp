@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "flashattn/reference.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace bench {
 
@@ -74,10 +74,10 @@ CheckResult Trusted::check(const std::string& impl, Outputs& o) {
   auto against_oracle = [&]() {
     // The tests' rule (props/tolerance.hpp) on this implementation's outputs; for the backward,
     // o.out and o.lse hold the forward results its backward was given (the rule's contract term).
-    const props::Judgement j =
-        p.pass == Pass::fwd ? props::judge_forward(data_.forward_args(o)) : props::judge_backward(data_.backward_args(o));
+    const flashattn::tolerance::Judgement j =
+        p.pass == Pass::fwd ? flashattn::tolerance::judge_forward(data_.forward_args(o)) : flashattn::tolerance::judge_backward(data_.backward_args(o));
     res.against = "oracle";
-    for (const props::Verdict& v : j.verdicts) {
+    for (const flashattn::tolerance::Verdict& v : j.verdicts) {
       TensorCheck t;
       t.name = v.output;
       t.max_err = v.result.max_error;
@@ -98,7 +98,7 @@ CheckResult Trusted::check(const std::string& impl, Outputs& o) {
     if (!v) continue;
     res.against = name + "-f32";
     for (size_t t = 0; t < names.size(); ++t)
-      res.tensors.push_back(check_vs_trusted_f32(names[t], got[t], v->ref[t], p.dtype, p.pass == Pass::fwd ? props::kOutFactor : props::kGradFactor,
+      res.tensors.push_back(check_vs_trusted_f32(names[t], got[t], v->ref[t], p.dtype, p.pass == Pass::fwd ? flashattn::tolerance::kOutFactor : flashattn::tolerance::kGradFactor,
                                                  p.seqlen_q, p.seqlen_k));
     return finish();
   }

@@ -10,12 +10,14 @@
 #include "flashattn/reference.hpp"
 #include "props/buffers.hpp"
 #include "props/case.hpp"
-#include "props/compare.hpp"
 #include "props/instance.hpp"
 #include "props/margins.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/compare.hpp"
+#include "tolerance/judge.hpp"
 
 namespace props {
+
+using namespace ::flashattn::tolerance;  // NOLINT: the suite speaks the tolerance rule's vocabulary
 
 TEST_CASE("compare: the bound is c times the same-precision error plus the floor") {
   const std::vector<double> oracle = {1.0, -2.0}, same = {1.0, -2.5};  // same-precision error 0.5

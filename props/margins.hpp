@@ -9,9 +9,11 @@
 #include <string>
 
 #include "props/case.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace props {
+
+using namespace ::flashattn::tolerance;  // NOLINT: the suite speaks the tolerance rule's vocabulary
 
 class Margins {
  public:

@@ -14,12 +14,14 @@
 #include "flashattn/reference.hpp"
 #include "props/buffers.hpp"
 #include "props/check.hpp"
-#include "props/compare.hpp"
 #include "props/instance.hpp"
 #include "props/oracle_support.hpp"
 #include "props/rng.hpp"
+#include "tolerance/compare.hpp"
 
 namespace props {
+
+using namespace ::flashattn::tolerance;  // NOLINT: the suite speaks the tolerance rule's vocabulary
 namespace {
 
 using flashattn::DType;

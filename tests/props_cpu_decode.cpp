@@ -21,7 +21,7 @@
 #include "flashattn/convert.hpp"
 #include "flashattn/cpu.hpp"
 #include "props/check.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 
@@ -199,11 +199,11 @@ TEST_CASE("cpu decode: decode-shaped calls agree with the oracle on every target
       RC_LOG() << dc.describe() << "\n";
       // Paged, num_splits as drawn (0: the shape rule, which sees the pages' capacity).
       call.run(true, cfg);
-      RC_ASSERT(props::judge_forward(call.args(true)).first_failure() == "");
+      RC_ASSERT(flashattn::tolerance::judge_forward(call.args(true)).first_failure() == "");
       // The same split count over contiguous keys: the oracle, and the paged bits.
       call.c.splits = std::max<int64_t>(dc.splits, 1);
       const std::vector<uint32_t> contiguous = call.run(false, cfg);
-      RC_ASSERT(props::judge_forward(call.args(false)).first_failure() == "");
+      RC_ASSERT(flashattn::tolerance::judge_forward(call.args(false)).first_failure() == "");
       RC_ASSERT(call.run(true, cfg) == contiguous);
       for (int threads : {2, 3}) {
         cfg.threads = threads;
@@ -227,7 +227,7 @@ TEST_CASE("cpu decode: every num_splits agrees with the oracle, and with tiny ke
     for (int64_t splits : {int64_t{1}, int64_t{2}, int64_t{5}, dc.nk + 3}) {
       call.c.splits = splits;
       call.run(false, cfg);
-      const props::Judgement j = props::judge_forward(call.args(false));
+      const flashattn::tolerance::Judgement j = flashattn::tolerance::judge_forward(call.args(false));
       RC_ASSERT(j.first_failure() == "");
     }
   }, 40);

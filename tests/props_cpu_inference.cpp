@@ -18,7 +18,7 @@
 #include "props/check.hpp"
 #include "props/inference.hpp"
 #include "props/rng.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 

@@ -40,7 +40,7 @@
 #include "props/crosscheck.hpp"
 #include "props/inference.hpp"
 #include "props/registry.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 
@@ -699,7 +699,7 @@ TEST_CASE("gpu computes tensors of more than 2^31 elements (FLASHATTN_HUGE=1)" *
   static_cast<flashattn::AttentionArgs&>(sf) = s;
   sf.out = sample(host_f.out);
   sf.lse = slse.data();
-  const props::Judgement fwd = props::judge_forward(sf), bwd = props::judge_backward(s);
+  const flashattn::tolerance::Judgement fwd = flashattn::tolerance::judge_forward(sf), bwd = flashattn::tolerance::judge_backward(s);
   for (const char* o : {"out", "lse"}) {
     INFO(o);
     CHECK(fwd.find(o)->message() == "");

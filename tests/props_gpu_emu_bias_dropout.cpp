@@ -20,7 +20,7 @@
 #include "props/inference.hpp"
 #include "props/instance.hpp"
 #include "props/rng.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 
@@ -104,7 +104,7 @@ TEST_CASE("gpu-emulated forward with bias and dropout agrees with the oracle; th
     props::Instance inst(c);
     const flashattn::ForwardArgs a = inst.forward_args();
     flashattn::gpu_emu::forward_in_gpu_layout(a);
-    CHECK(props::judge_forward(a).first_failure() == "");
+    CHECK(flashattn::tolerance::judge_forward(a).first_failure() == "");
     CHECK(check_mask(a, inst) == "");
     CHECK(inst.check() == "");
   }
@@ -118,7 +118,7 @@ TEST_CASE("gpu-emulated backward with bias and dropout (dbias, both dQ modes) ag
       CAPTURE(deterministic);
       const flashattn::BackwardArgs a = inst.backward_args();
       flashattn::gpu_emu::backward_in_gpu_layout(a, deterministic);
-      const props::Judgement j = props::judge_backward(a);
+      const flashattn::tolerance::Judgement j = flashattn::tolerance::judge_backward(a);
       CHECK(j.first_failure() == "");
       if (c.bias != BiasKind::off) CHECK(j.find("dbias") != nullptr);
       CHECK(inst.check() == "");
@@ -196,7 +196,7 @@ TEST_CASE("gpu-emulated paged K/V with split-KV, sinks, bias and dropout agrees 
     flashattn::gpu_emu::forward_in_gpu_layout(a);
     plain.out = a.out;
     plain.lse = a.lse;
-    CHECK(props::judge_forward(plain).first_failure() == "");
+    CHECK(flashattn::tolerance::judge_forward(plain).first_failure() == "");
     std::vector<uint8_t> expected(mask.size(), 0xA5);
     flashattn::ForwardArgs e = a;
     e.dropout_mask = expected.data();

@@ -26,7 +26,7 @@
 #include "flashattn/reference.hpp"
 #include "props/inference.hpp"
 #include "props/instance.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 
@@ -228,7 +228,7 @@ TEST_CASE("gpu-emulated block-sparse: the forward agrees with the oracle") {
       a.dropout_mask = nullptr;
       a.num_splits = splits;
       flashattn::gpu_emu::forward_in_gpu_layout(a);
-      CHECK(props::judge_forward(a).first_failure() == "");
+      CHECK(flashattn::tolerance::judge_forward(a).first_failure() == "");
       CHECK(inst.check() == "");
     }
   }
@@ -243,7 +243,7 @@ TEST_CASE("gpu-emulated block-sparse: the backward (both dQ modes, dbias) agrees
       CAPTURE(deterministic);
       const flashattn::BackwardArgs a = backward_with(inst, view_of(m));
       flashattn::gpu_emu::backward_in_gpu_layout(a, deterministic);
-      const props::Judgement j = props::judge_backward(a);
+      const flashattn::tolerance::Judgement j = flashattn::tolerance::judge_backward(a);
       CHECK(j.first_failure() == "");
       if (b.c.bias != BiasKind::off) CHECK(j.find("dbias") != nullptr);
       CHECK(inst.check() == "");
@@ -305,14 +305,14 @@ TEST_CASE("gpu-emulated block-sparse: no K/V row, bias entry or bit of an unlist
     a.block_mask = view_of(m);
     a.dropout_mask = nullptr;
     flashattn::gpu_emu::forward_in_gpu_layout(a);
-    REQUIRE(props::judge_forward(a).first_failure() == "");
+    REQUIRE(flashattn::tolerance::judge_forward(a).first_failure() == "");
     const auto out = bytes(a.out);
     const auto lse = lse_of(inst);
     flashattn::BackwardArgs g = backward_with(inst, view_of(m));
     const std::vector<float> lse_in(g.lse, g.lse + inst.lse_count());
     const auto out_in = bytes(inst.out());
     flashattn::gpu_emu::backward_in_gpu_layout(g, true);
-    REQUIRE(props::judge_backward(g).first_failure() == "");
+    REQUIRE(flashattn::tolerance::judge_backward(g).first_failure() == "");
     const auto dq = bytes(g.dq), dk = bytes(g.dk), dv = bytes(g.dv), dbias = bytes(g.dbias);
 
     poison_hidden(c, a, m);  // the same buffers the calls read
@@ -427,7 +427,7 @@ TEST_CASE("gpu-emulated block-sparse: paged K/V with split-KV and sinks agrees w
     flashattn::gpu_emu::forward_in_gpu_layout(a);
     plain.out = a.out;
     plain.lse = a.lse;
-    CHECK(props::judge_forward(plain).first_failure() == "");
+    CHECK(flashattn::tolerance::judge_forward(plain).first_failure() == "");
   }
 }
 

@@ -24,7 +24,7 @@
 #include "props/crosscheck.hpp"
 #include "props/instance.hpp"
 #include "props/registry.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace {
 
@@ -36,13 +36,13 @@ void check_forward_backward(const props::Case& c, std::initializer_list<bool> mo
   props::Instance inst(c);
   const flashattn::ForwardArgs a = inst.forward_args();
   flashattn::gpu_emu::forward_in_gpu_layout(a);
-  const props::Judgement f = props::judge_forward(a);
+  const flashattn::tolerance::Judgement f = flashattn::tolerance::judge_forward(a);
   CHECK_MESSAGE(f.passed(), "forward: " << f.first_failure());
   CHECK(inst.check() == "");
   for (bool deterministic : modes) {
     const flashattn::BackwardArgs g = inst.backward_args();
     flashattn::gpu_emu::backward_in_gpu_layout(g, deterministic);
-    const props::Judgement b = props::judge_backward(g);
+    const flashattn::tolerance::Judgement b = flashattn::tolerance::judge_backward(g);
     CHECK_MESSAGE(b.passed(), (deterministic ? "deterministic" : "atomic") << " backward: " << b.first_failure());
     CHECK(inst.check() == "");
   }
@@ -72,7 +72,7 @@ TEST_CASE("gpu-emulated forward: O is rescaled when only some rows of a warp rai
       props::write_dense(inst.v(), v);
       const flashattn::ForwardArgs a = inst.forward_args();
       flashattn::gpu_emu::forward_in_gpu_layout(a);
-      const props::Judgement j = props::judge_forward(a);
+      const flashattn::tolerance::Judgement j = flashattn::tolerance::judge_forward(a);
       CHECK_MESSAGE(j.passed(), "d=" << dim << " rising half " << rising_half << ": " << j.first_failure());
       const std::string intact = inst.check();  // inputs unchanged, canaries and padding intact
       CHECK_MESSAGE(intact.empty(), intact);

@@ -21,8 +21,8 @@
 #include "flashattn/convert.hpp"
 #include "flashattn/cpu.hpp"
 #include "flashattn/reference.hpp"
-#include "props/tolerance.hpp"
 #include "reliability_support.hpp"
+#include "tolerance/judge.hpp"
 
 namespace flashattn::reliability {
 namespace {
@@ -142,8 +142,8 @@ int run() {
   s.dk = bshd(s_dk.data(), kType, kBatch, kNk, kHk, kD);
   s.dv = bshd(s_dv.data(), kType, kBatch, kNk, kHk, kD);
   t0 = std::chrono::steady_clock::now();
-  const props::Judgement fwd = props::judge_forward(sf);
-  const props::Judgement bwd = backward ? props::judge_backward(s) : props::Judgement{};
+  const flashattn::tolerance::Judgement fwd = flashattn::tolerance::judge_forward(sf);
+  const flashattn::tolerance::Judgement bwd = backward ? flashattn::tolerance::judge_backward(s) : flashattn::tolerance::Judgement{};
   std::printf("huge: oracle on %lld sampled rows %.1f s\n", (long long)(kBatch * kSamples), seconds_since(t0));
   const std::string out_check = fwd.find("out")->message();
   const std::string lse_check = fwd.find("lse")->message();

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "flashattn/convert.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace flashattn::reliability {
 
@@ -135,8 +135,8 @@ std::vector<double> read_dense(const ConstTensor& t) {
   return r;
 }
 
-std::string check_forward(const ForwardArgs& a) { return props::judge_forward(a).first_failure(); }
+std::string check_forward(const ForwardArgs& a) { return flashattn::tolerance::judge_forward(a).first_failure(); }
 
-std::string check_backward(const BackwardArgs& a) { return props::judge_backward(a).first_failure(); }
+std::string check_backward(const BackwardArgs& a) { return flashattn::tolerance::judge_backward(a).first_failure(); }
 
 }  // namespace flashattn::reliability

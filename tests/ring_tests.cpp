@@ -18,7 +18,7 @@
 #include "flashattn/cpu.hpp"
 #include "flashattn/error.hpp"
 #include "flashattn/ring_mpi.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 #ifdef FLASHATTN_RING_TEST_GPU_EMU
 #include "emu/emu_api.hpp"
 #endif
@@ -183,7 +183,7 @@ flashattn::ForwardArgs forward_of(const Stored& q, const Stored& k, const Stored
   return f;
 }
 
-std::string judged(const props::Judgement& j) { return j.passed() ? "" : j.first_failure(); }
+std::string judged(const flashattn::tolerance::Judgement& j) { return j.passed() ? "" : j.first_failure(); }
 
 void run_case(const RingCase& c) {
   const DType t = c.dtype;
@@ -269,7 +269,7 @@ void run_case(const RingCase& c) {
   std::vector<float> glse = lse;
   flashattn::ForwardArgs a = forward_of(gq, gk, gv, gout, glse.data());
   options(a);
-  check(judged(props::judge_forward(a)).empty(), c.name + ": ring forward vs the fp64 oracle: " + judged(props::judge_forward(a)));
+  check(judged(flashattn::tolerance::judge_forward(a)).empty(), c.name + ": ring forward vs the fp64 oracle: " + judged(flashattn::tolerance::judge_forward(a)));
 
   Stored gdq = from_values(dq, t, c.batch, c.seqlen_q, c.heads_q, c.dim), gdk = from_values(dk, t, c.batch, c.seqlen_k, c.heads_k, c.dim),
          gdv = from_values(dv, t, c.batch, c.seqlen_k, c.heads_k, c.dim_v);
@@ -280,7 +280,7 @@ void run_case(const RingCase& c) {
   b.dv = gdv.view;
   std::vector<float> gds = dsinks;
   if (c.sinks) b.dsinks = gds.data();
-  const std::string bwd = judged(props::judge_backward(b));
+  const std::string bwd = judged(flashattn::tolerance::judge_backward(b));
   check(bwd.empty(), c.name + ": ring backward vs the fp64 oracle: " + bwd);
 
   // The single-process CPU call on the whole problem passes the same rule (the ring's reference point).
@@ -290,7 +290,7 @@ void run_case(const RingCase& c) {
   s.out = sout.view;
   s.lse = slse.data();
   flashattn::cpu::forward(s);
-  check(judged(props::judge_forward(s)).empty(), c.name + ": single-process forward vs the oracle");
+  check(judged(flashattn::tolerance::judge_forward(s)).empty(), c.name + ": single-process forward vs the oracle");
   double diff = 0;
   for (size_t i = 0; i < out.size(); ++i)
     diff = std::max(diff, double(std::fabs(out[i] - flashattn::load_as_float(sout.view.data, t, static_cast<int64_t>(i)))));

@@ -1,5 +1,5 @@
 // The CPU backend's additive bias, dropout and dbias (docs/semantics.md, "Additive bias and
-// dropout"), judged against the oracle by the tolerance rule (props::judge_forward / judge_backward)
+// dropout"), judged against the oracle by the tolerance rule (flashattn::tolerance::judge_forward / judge_backward)
 // on every compiled target, with 1 and 3 threads and with tiny tiles:
 // - bias shapes: full, [1, Nq, 1, Nk], [1, 1, Hq, Nk], [1, 1, 1, Nk] (size-1 broadcast), a full-size
 //   view with stride 0 (broadcast by stride), −∞ entries including rows with every key −∞; bias
@@ -26,7 +26,7 @@
 #include "flashattn/philox.hpp"
 #include "flashattn/problem.hpp"
 #include "flashattn/reference.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 
 namespace flashattn_test {
 namespace {
@@ -242,7 +242,7 @@ void check_case(const Spec& spec) {
   for (const Run& run : runs()) {
     INFO(spec.name, " on ", run.name);
     flashattn::cpu::forward(call.fwd, run.config);
-    const props::Judgement f = props::judge_forward(call.fwd);
+    const flashattn::tolerance::Judgement f = flashattn::tolerance::judge_forward(call.fwd);
     CHECK_MESSAGE(f.passed(), f.first_failure());
     if (spec.p > 0) check_mask(call);
     if (run.config.threads == 1) {
@@ -252,7 +252,7 @@ void check_case(const Spec& spec) {
     }
     if (!spec.backward) continue;
     flashattn::cpu::backward(call.bwd, run.config);
-    const props::Judgement b = props::judge_backward(call.bwd);
+    const flashattn::tolerance::Judgement b = flashattn::tolerance::judge_backward(call.bwd);
     CHECK_MESSAGE(b.passed(), b.first_failure());
     if (run.config.threads == 1) {
       dbias_one = call.dbias;

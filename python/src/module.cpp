@@ -28,7 +28,7 @@
 #include "flashattn/cpu.hpp"
 #include "flashattn/flashattn.hpp"
 #include "flashattn/reference.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 #ifdef FLASHATTN_PY_HAS_GPU
 #include "flashattn/gpu.hpp"
 #endif
@@ -459,8 +459,8 @@ nb::dict reference_backward(nb::dict args, nb::handle bf16, const std::string& p
 }
 
 // One verdict of the tolerance rule as a dict (the terms of the bound, the worst element).
-nb::dict verdict(const props::Verdict& v) {
-  const props::Comparison& r = v.result;
+nb::dict verdict(const flashattn::tolerance::Verdict& v) {
+  const flashattn::tolerance::Comparison& r = v.result;
   nb::dict d;
   d["output"] = v.output;
   d["passed"] = r.passed;
@@ -475,7 +475,7 @@ nb::dict verdict(const props::Verdict& v) {
   d["where"] = v.where;
   d["reason"] = r.reason;
   d["message"] = v.message();
-  d["description"] = props::describe(r, v.impl, v.oracle);
+  d["description"] = flashattn::tolerance::describe(r, v.impl, v.oracle);
   if (r.worst >= 0 && size_t(r.worst) < v.impl.size() && size_t(r.worst) < v.oracle.size()) {
     d["impl_at_worst"] = v.impl[size_t(r.worst)];
     d["oracle_at_worst"] = v.oracle[size_t(r.worst)];
@@ -483,7 +483,7 @@ nb::dict verdict(const props::Verdict& v) {
   return d;
 }
 
-nb::list judgement(const props::Judgement& j) {
+nb::list judgement(const flashattn::tolerance::Judgement& j) {
   nb::list l;
   for (const auto& v : j.verdicts) l.append(verdict(v));
   return l;
@@ -494,10 +494,10 @@ nb::list judge_forward(nb::dict args, nb::handle bf16) {
   Call c;
   c.common = &a, c.fwd = &a;
   fill(c, args, bf16);
-  props::Judgement j;
+  flashattn::tolerance::Judgement j;
   {
     nb::gil_scoped_release release;
-    j = props::judge_forward(a);
+    j = flashattn::tolerance::judge_forward(a);
   }
   return judgement(j);
 }
@@ -507,10 +507,10 @@ nb::list judge_backward(nb::dict args, nb::handle bf16) {
   Call c;
   c.common = &a, c.bwd = &a;
   fill(c, args, bf16);
-  props::Judgement j;
+  flashattn::tolerance::Judgement j;
   {
     nb::gil_scoped_release release;
-    j = props::judge_backward(a);
+    j = flashattn::tolerance::judge_backward(a);
   }
   return judgement(j);
 }

@@ -27,7 +27,7 @@
 #include "flashattn/reference.hpp"
 #include "flashattn/validate.hpp"
 #include "fuzz_case.hpp"
-#include "props/tolerance.hpp"
+#include "tolerance/judge.hpp"
 #ifdef FLASHATTN_FUZZ_CPU
 #include "flashattn/cpu.hpp"
 #endif
@@ -267,7 +267,7 @@ void run_valid(FuzzCase& c) {
     if (!c.tame || !b.may_reject_valid) continue;  // the oracle is compared with itself by construction
     // The suite's one tolerance rule (props/tolerance.hpp), exactly as the property suite applies it.
     const std::string failure =
-        c.backward ? props::judge_backward(a.backward()).first_failure() : props::judge_forward(a.forward()).first_failure();
+        c.backward ? flashattn::tolerance::judge_backward(a.backward()).first_failure() : flashattn::tolerance::judge_forward(a.forward()).first_failure();
     if (!failure.empty()) die(c, std::string(b.name) + ": " + failure);
   }
 }

@@ -1,4 +1,4 @@
-"""The fp64 oracle and the tolerance rule, bound from C++ (one implementation: props/tolerance.hpp)."""
+"""The fp64 oracle and the tolerance rule, bound from C++ (one implementation: tolerance/judge.hpp)."""
 from __future__ import annotations
 
 from typing import Any

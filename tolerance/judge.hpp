@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "flashattn/args.hpp"
-#include "props/compare.hpp"
+#include "tolerance/compare.hpp"
 
-namespace props {
+namespace flashattn::tolerance {
 
 // Returns the index of element (b, s, h, 0) in a dense [B, N, H, d] array with t's sizes: the layout
 // of Verdict::impl and Verdict::oracle for out and the gradients.
@@ -42,4 +42,4 @@ Judgement judge_forward(const flashattn::ForwardArgs& a);
 // must hold what the implementation was given (the rule's contract term is computed from them).
 Judgement judge_backward(const flashattn::BackwardArgs& a);
 
-}  // namespace props
+}  // namespace flashattn::tolerance

@@ -16,7 +16,7 @@
 // A value that is non-finite where the oracle is finite fails, whatever the bound; where the oracle
 // is ±inf (LSE of rows that see no key) the implementation must give exactly the same infinity.
 //
-// This file holds the rule's arithmetic on values; tolerance.hpp runs the oracles a call needs and
+// This file holds the rule's arithmetic on values; judge.hpp runs the oracles a call needs and
 // applies it. Everything that judges an implementation against the oracle (the property suite,
 // the reliability tests, the fuzz target, the benchmarks) goes through these two files.
 #pragma once
@@ -27,7 +27,7 @@
 
 #include "flashattn/types.hpp"
 
-namespace props {
+namespace flashattn::tolerance {
 
 // Multipliers of the same-precision error (FlashAttention's test rule).
 constexpr double kOutFactor = 2;   // out
@@ -94,4 +94,4 @@ double max_abs_diff(const std::vector<double>& x, const std::vector<double>& y);
 // impl=… oracle=…" (the reason instead of "ok" when it failed).
 std::string describe(const Comparison& r, const std::vector<double>& impl, const std::vector<double>& oracle);
 
-}  // namespace props
+}  // namespace flashattn::tolerance

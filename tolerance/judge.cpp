@@ -1,5 +1,5 @@
-// Applies the tolerance rule to one call (see tolerance.hpp).
-#include "props/tolerance.hpp"
+// Applies the tolerance rule to one call (see judge.hpp).
+#include "tolerance/judge.hpp"
 
 #include <cmath>
 #include <sstream>
@@ -8,7 +8,7 @@
 #include "flashattn/problem.hpp"
 #include "flashattn/reference.hpp"
 
-namespace props {
+namespace flashattn::tolerance {
 namespace {
 
 using flashattn::reference::Precision;
@@ -223,4 +223,4 @@ Judgement judge_backward(const flashattn::BackwardArgs& a) {
   return j;
 }
 
-}  // namespace props
+}  // namespace flashattn::tolerance

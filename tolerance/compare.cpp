@@ -1,5 +1,5 @@
 // The tolerance rule's arithmetic (see compare.hpp).
-#include "props/compare.hpp"
+#include "tolerance/compare.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "flashattn/convert.hpp"
 
-namespace props {
+namespace flashattn::tolerance {
 
 double max_abs_finite(const std::vector<double>& x) {
   double m = 0;
@@ -110,4 +110,4 @@ std::string describe(const Comparison& r, const std::vector<double>& impl, const
   return os.str();
 }
 
-}  // namespace props
+}  // namespace flashattn::tolerance
