@@ -35,7 +35,7 @@ constexpr float kFastExpMax = 88.3f;
 // (rare in a softmax, whose arguments are <= 0 and mostly far above -87) take a second path: 2^n in
 // two factors for subnormal results, 0 below kFastExpMin (−∞ included), +∞ above kFastExpMax. Error
 // against fp64 exp: at most 1.01 ulp for every float in [kFastExpNormalMin, kFastExpMax]
-// (checked exhaustively on the AVX3, SSSE3 and SCALAR targets; tests/unit_cpu_simd.cpp samples it on
+// (checked exhaustively on the AVX3, SSSE3 and SCALAR targets; tests/cpu/unit_simd.cpp samples it on
 // every compiled target, subnormal results included). NaN propagates through the arithmetic.
 template <class D>
 HWY_INLINE hn::Vec<D> FastExp(D d, hn::Vec<D> x) {

@@ -61,7 +61,7 @@ constexpr int64_t kShortCausalKeys = 2048;
 // Query rows whose dK, dV contributions the backward sums in a group accumulator before adding them
 // to the head's: every fp32 dK, dV element otherwise takes one FMA per query row into one running
 // sum, and a 16.8M-row sequence of same-sign terms lost 5 % of dv to that chain
-// (tests/reliability_huge.cpp); with groups the chains are at most this many FMAs plus one add per
+// (tests/reliability/huge.cpp); with groups the chains are at most this many FMAs plus one add per
 // group. Only sequences longer than one group get the extra accumulators (backward_grouped).
 constexpr int64_t kAccumulateGroupRows = 16384;
 

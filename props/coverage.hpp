@@ -15,7 +15,7 @@
 //                  sequence inside one tile is always "partial" and does not count.
 // Two grids are reported: the CPU's default tiles (64 query rows × 128 keys, 64 keys for head dims
 // above 128: cpu/plan.h) and the tiny 3 × 5 tiles the CPU property runner forces
-// (tests/props_cpu.cpp).
+// (tests/cpu/props.cpp).
 #pragma once
 
 #include <cstdint>

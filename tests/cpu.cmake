@@ -3,11 +3,11 @@
 # the CPU's own properties (thread-count determinism, workspace bounds, edge cases, config errors).
 if(TARGET flashattn::cpu AND TARGET flashattn_props AND COMMAND flashattn_props_runner)
   flashattn_props_runner(flashattn_props_cpu
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/props_cpu.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/props_cpu_determinism.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/props_cpu_edges.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/props_cpu_decode.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/props_cpu_inference.cpp
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu/props.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/cpu/props_determinism.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/cpu/props_edges.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/cpu/props_decode.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/cpu/props_inference.cpp
     LIBRARIES flashattn::cpu
     LABELS cpu)
 endif()
@@ -18,8 +18,8 @@ endif()
 # layouts).
 if(TARGET flashattn::cpu)
   find_package(hwy 1.0.3 CONFIG REQUIRED)
-  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_simd.cpp
-                                     ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_internals.cpp)
+  add_executable(flashattn_cpu_kernels ${CMAKE_CURRENT_LIST_DIR}/unit/main.cpp ${CMAKE_CURRENT_LIST_DIR}/cpu/unit_simd.cpp
+                                     ${CMAKE_CURRENT_LIST_DIR}/cpu/unit_internals.cpp)
   target_include_directories(flashattn_cpu_kernels PRIVATE ${PROJECT_SOURCE_DIR}/cpu ${CMAKE_CURRENT_LIST_DIR})
   target_link_libraries(flashattn_cpu_kernels PRIVATE flashattn::cpu hwy::hwy doctest::doctest)
   target_compile_options(flashattn_cpu_kernels PRIVATE -Wall -Wextra)

@@ -2,7 +2,7 @@
 # runner: without a CUDA device it exits with 77, which ctest reports as SKIPPED (not passed).
 # Test discovery is not used because listing would need the runner to start without a device.
 if(TARGET flashattn::gpu AND TARGET flashattn_props)
-  add_executable(flashattn_props_gpu ${CMAKE_CURRENT_LIST_DIR}/props_gpu.cpp)
+  add_executable(flashattn_props_gpu ${CMAKE_CURRENT_LIST_DIR}/gpu/props.cpp)
   target_link_libraries(flashattn_props_gpu PRIVATE flashattn_props flashattn::gpu CUDA::cudart_static)
   target_compile_options(flashattn_props_gpu PRIVATE -Wall -Wextra)
   if(TARGET flashattn::cpu)  # GPU vs CPU at sizes the oracle is slow for
@@ -16,7 +16,7 @@ endif()
 # Argument checks of flashattn::gpu that need no device (runs everywhere the backend is built).
 if(TARGET flashattn::gpu)
   find_package(doctest CONFIG REQUIRED)
-  add_executable(flashattn_gpu_args ${CMAKE_CURRENT_LIST_DIR}/gpu_args.cpp)
+  add_executable(flashattn_gpu_args ${CMAKE_CURRENT_LIST_DIR}/gpu/args.cpp)
   target_link_libraries(flashattn_gpu_args PRIVATE flashattn::gpu doctest::doctest)
   target_compile_options(flashattn_gpu_args PRIVATE -Wall -Wextra)
   add_test(NAME flashattn_gpu_args COMMAND flashattn_gpu_args)
@@ -28,21 +28,21 @@ endif()
 if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   add_executable(flashattn_props_gpu_emu ${PROJECT_SOURCE_DIR}/gpu/emu/props_emu.cpp
                                          ${PROJECT_SOURCE_DIR}/gpu/emu/props_calls.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_inference.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_bias_dropout.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_block_mask.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_schedules.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/props_gpu_emu_softmax.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/gpu_emu_checks.cpp)
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_inference.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_bias_dropout.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_block_mask.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_schedules.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_softmax.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp)
   target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
   # The checks' own tests compile small kernels as the emulator does.
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gpu_emu_checks.cpp PROPERTIES
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp PROPERTIES
                               COMPILE_DEFINITIONS FLASHATTN_GPU_EMULATE INCLUDE_DIRECTORIES "${CUDAToolkit_INCLUDE_DIRS}")
   target_compile_options(flashattn_props_gpu_emu PRIVATE -Wall -Wextra)
   # Three entries, so that ctest -j runs them side by side: the shared properties (every registered
   # implementation: the cross-checks, repeatability, containment), the emulator's own cases
   # ("gpu-emulated …": inference, bias/dropout, schedules, tile edges, multi-tile pipelines) and the
-  # block-sparse cases (props_gpu_emu_block_mask.cpp, fixed cases). A mutant's kill regex names the
+  # block-sparse cases (gpu/props_emu_block_mask.cpp, fixed cases). A mutant's kill regex names the
   # first two together: ^flashattn_props_gpu_emu(_cases)?$.
   add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated*")
   set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25;FLASHATTN_EMU_SCHEDULES=3")

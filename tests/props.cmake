@@ -23,5 +23,5 @@ endfunction()
 
 # The oracle in both precisions, plus the properties of the oracle itself.
 flashattn_props_runner(flashattn_props_reference
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/props_reference.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/reference/props.cpp
   LIBRARIES flashattn_props_oracle)

@@ -39,11 +39,11 @@ endif()
 
 # doctest reliability tests; each test case is its own ctest entry.
 add_executable(flashattn_reliability
-  ${_rel_dir}/reliability_main.cpp
-  ${_rel_dir}/reliability_support.cpp
-  ${_rel_dir}/reliability_sizes.cpp
-  ${_rel_dir}/reliability_extremes.cpp
-  ${_rel_dir}/reliability_concurrency.cpp)
+  ${_rel_dir}/reliability/main.cpp
+  ${_rel_dir}/reliability/support.cpp
+  ${_rel_dir}/reliability/sizes.cpp
+  ${_rel_dir}/reliability/extremes.cpp
+  ${_rel_dir}/reliability/concurrency.cpp)
 target_link_libraries(flashattn_reliability PRIVATE ${_rel_libs} doctest::doctest)
 target_compile_definitions(flashattn_reliability PRIVATE ${_rel_defs})
 target_compile_options(flashattn_reliability PRIVATE -Wall -Wextra)
@@ -51,7 +51,7 @@ doctest_discover_tests(flashattn_reliability TEST_PREFIX "reliability: ")
 
 # More than 2^31 elements: needs > 8 GiB, so it runs only with FLASHATTN_HUGE=1 (exit 77: skipped).
 if(TARGET flashattn::cpu)
-  add_executable(flashattn_huge ${_rel_dir}/reliability_huge.cpp ${_rel_dir}/reliability_support.cpp)
+  add_executable(flashattn_huge ${_rel_dir}/reliability/huge.cpp ${_rel_dir}/reliability/support.cpp)
   target_link_libraries(flashattn_huge PRIVATE ${_rel_libs})
   target_compile_definitions(flashattn_huge PRIVATE ${_rel_defs})
   target_compile_options(flashattn_huge PRIVATE -Wall -Wextra)

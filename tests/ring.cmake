@@ -3,7 +3,7 @@
 # and its shared-memory single-copy path (CMA) is not allowed in containers. Under ASan, leak
 # checking is off for these tests only: it reports OpenMPI's own allocations.
 if(FLASHATTN_HAS_RING)
-  add_executable(flashattn_ring_tests ring_tests.cpp)
+  add_executable(flashattn_ring_tests ring/tests.cpp)
   target_link_libraries(flashattn_ring_tests PRIVATE flashattn::ring flashattn_tolerance)
   if(TARGET flashattn_gpu_emu)  # the GPU kernels as block backend, under the host emulator
     target_link_libraries(flashattn_ring_tests PRIVATE flashattn_gpu_emu)

@@ -4,20 +4,20 @@ find_package(doctest CONFIG REQUIRED)
 include(doctest)
 
 add_executable(flashattn_unit
-  ${CMAKE_CURRENT_LIST_DIR}/unit_main.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_convert.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_mask.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_merge.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_problem.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_reference_rounding.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_forward.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_backward.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_varlen.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_accepts.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_validate_inference.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_bias_dropout.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_block_mask.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/unit_api.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/unit/main.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/convert.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/mask.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/merge.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/problem.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/reference_rounding.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/validate_forward.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/validate_backward.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/validate_varlen.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/validate_accepts.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/validate_inference.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/bias_dropout.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/block_mask.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/api.cpp)
 target_link_libraries(flashattn_unit PRIVATE flashattn::reference doctest::doctest)
 target_compile_options(flashattn_unit PRIVATE -Wall -Wextra)
 # Bad arguments must also be rejected, writing nothing, by the CPU backend's entry points.
@@ -26,7 +26,7 @@ if(TARGET flashattn::cpu)
   target_compile_definitions(flashattn_unit PRIVATE FLASHATTN_UNIT_HAS_CPU)
   # The CPU's bias, dropout and dbias, judged against the oracle by the tolerance rule.
   if(TARGET flashattn_tolerance)
-    target_sources(flashattn_unit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/unit_cpu_bias_dropout.cpp)
+    target_sources(flashattn_unit PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cpu/unit_bias_dropout.cpp)
     target_link_libraries(flashattn_unit PRIVATE flashattn_tolerance)
   endif()
 endif()

@@ -8,7 +8,7 @@
 // checks run in each). So "repeated calls are bitwise identical" compares two schedules of the
 // deterministic implementation. The atomic-dQ backward sums dQ in a schedule-dependent order (on a
 // GPU too): it runs under the one seed FLASHATTN_EMU_SEED, so that property holds for it by
-// construction; props_gpu_emu_schedules.cpp checks that its dQ does change with the schedule.
+// construction; tests/gpu/props_emu_schedules.cpp checks that its dQ does change with the schedule.
 //
 // Global memcheck and layouts: props_calls.hpp.
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Helpers shared by the reliability tests (see reliability_support.hpp).
-#include "reliability_support.hpp"
+// Helpers shared by the reliability tests (see support.hpp).
+#include "support.hpp"
 
 #include <algorithm>
 #include <cmath>

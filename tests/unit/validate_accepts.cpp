@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 using flashattn::bshd;
 using flashattn::DType;

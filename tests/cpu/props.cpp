@@ -9,7 +9,7 @@
 
 #include "flashattn/cpu.hpp"
 #include "props/registry.hpp"
-#include "props_cpu.hpp"
+#include "props.hpp"
 
 namespace props_cpu {
 

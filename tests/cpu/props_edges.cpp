@@ -14,7 +14,7 @@
 #include "props/crosscheck.hpp"
 #include "props/instance.hpp"
 #include "props/registry.hpp"
-#include "props_cpu.hpp"
+#include "props.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 using flashattn::DType;
 using unit::Fixture;

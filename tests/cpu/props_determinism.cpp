@@ -10,7 +10,7 @@
 #include "props/check.hpp"
 #include "props/crosscheck.hpp"
 #include "props/instance.hpp"
-#include "props_cpu.hpp"
+#include "props.hpp"
 
 namespace {
 

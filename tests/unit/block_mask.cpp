@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "flashattn/block_mask_build.hpp"
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 using flashattn::BlockKind;
 using flashattn::BlockMask;

@@ -9,7 +9,7 @@
 
 #include "flashattn/philox.hpp"
 #include "flashattn/problem.hpp"
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 using flashattn::DType;
 using unit::error_of;

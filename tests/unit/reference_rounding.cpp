@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 TEST_CASE("reference: out, lse and gradients are the unrounded values rounded to nearest even") {
   for (flashattn::DType t : {flashattn::DType::f32, flashattn::DType::f16, flashattn::DType::bf16}) {

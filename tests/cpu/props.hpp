@@ -1,4 +1,4 @@
-// Shared helpers of the CPU property runner (tests/props_cpu*.cpp).
+// Shared helpers of the CPU property runner (tests/cpu/props*.cpp).
 #pragma once
 
 #include <cstdint>

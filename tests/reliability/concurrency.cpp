@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "flashattn/reference.hpp"
-#include "reliability_support.hpp"
+#include "support.hpp"
 #ifdef FLASHATTN_RELIABILITY_CPU
 #include "flashattn/cpu.hpp"
 #endif

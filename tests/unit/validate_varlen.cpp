@@ -2,7 +2,7 @@
 // naming the array, the index and the values, before anything is written.
 #include <cstdint>
 
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 using unit::Fixture;
 using unit::reject;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "unit_cpu_simd.cpp"
+#define HWY_TARGET_INCLUDE "cpu/unit_simd.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"

@@ -90,7 +90,7 @@ TEST_CASE("emu checks: each planted bug is reported, under every schedule") {
     const std::string no_wait = run(Bug::no_wait, seed);
     CHECK(contains(no_wait, "has not been retired by a wait_group"));
     CHECK(contains(no_wait, "emu_checks_test::exchange block (0, 0, 0)"));  // the kernel
-    CHECK(contains(no_wait, "gpu_emu_checks.cpp"));  // the program points
+    CHECK(contains(no_wait, "emu_checks.cpp"));  // the program points
     const std::string race = run(Bug::no_barrier, seed);
     CHECK(contains(race, "race:"));
     CHECK(contains(race, "no __syncthreads between them"));

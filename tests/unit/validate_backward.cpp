@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "unit_fixture.hpp"
+#include "fixture.hpp"
 
 using flashattn::DType;
 using unit::Fixture;

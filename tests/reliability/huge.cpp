@@ -21,7 +21,7 @@
 #include "flashattn/convert.hpp"
 #include "flashattn/cpu.hpp"
 #include "flashattn/reference.hpp"
-#include "reliability_support.hpp"
+#include "support.hpp"
 #include "tolerance/judge.hpp"
 
 namespace flashattn::reliability {
