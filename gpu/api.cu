@@ -1,5 +1,6 @@
-// flashattn::gpu entry points: validation on a host copy of the arguments, GPU-specific checks,
-// parameter blocks, scratch memory and the runtime → compile-time dispatch over the variant table.
+// flashattn::gpu entry points: validation on a host copy of the arguments and the GPU-specific
+// checks, then the call sequence (sequence.hpp) with the CUDA launcher: scratch from the
+// stream-ordered allocator and the runtime → compile-time dispatch over the compiled variants.
 #include "flashattn/gpu.hpp"
 
 #include <cuda_bf16.h>
@@ -19,6 +20,7 @@
 #include "flashattn/validate.hpp"
 #include "host_params.hpp"
 #include "launch.hpp"
+#include "sequence.hpp"
 #include "variants.inc"
 
 namespace flashattn::gpu {
@@ -54,11 +56,6 @@ bool pair_compiled(int64_t d, int64_t dv) {
 #undef FLASHATTN_X
   return false;
 }
-
-template <class T>
-struct Tag {
-  using type = T;
-};
 
 // Calls f(integral_constant<D>, integral_constant<DV>, Tag<T>) for the compiled variant matching
 // (d, dv, dtype); with `backward`, only variants that have one (f is not instantiated for the
@@ -234,6 +231,73 @@ class DeviceBuffer {
   cudaStream_t stream_;
 };
 
+// The CUDA launcher of the call sequence (sequence.hpp): kernels on `stream`, scratch from the
+// stream-ordered allocator, each launch through the per-variant launchers (launch.hpp).
+class CudaLauncher {
+ public:
+  using Buffer = DeviceBuffer;
+  explicit CudaLauncher(cudaStream_t stream) : stream_(stream) {}
+
+  Buffer buffer(size_t bytes, const char* /*name*/) const { return Buffer(bytes, stream_); }
+  const int32_t* upload(Buffer& b, const std::vector<int32_t>& values) const {
+    check_cuda(cudaMemcpyAsync(b.bytes(), values.data(), sizeof(int32_t) * values.size(), cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync (lengths after the append)");
+    return static_cast<const int32_t*>(b.bytes());
+  }
+  void zero(float* p, size_t count) const {
+    check_cuda(cudaMemsetAsync(p, 0, sizeof(float) * count, stream_), "cudaMemsetAsync (dq_accum)");
+  }
+  void check_backward(const BackwardParams& p) const {
+    if (dbias_blocks(p) > kMaxGridX) fail("dbias needs ", dbias_blocks(p), " blocks, above the CUDA grid limit ", kMaxGridX);
+  }
+  template <bool kBackward, class F>
+  void dispatch(int64_t d, int64_t dv, DType dtype, F&& f) const {
+    detail::dispatch<kBackward>(d, dv, dtype, f);
+  }
+  template <class F>
+  void by_dtype(DType dtype, F&& f) const {
+    detail::by_dtype(dtype, f);
+  }
+
+  template <class T>
+  void append(const AppendParams& p, int64_t batch, int heads_k, int heads_q, int64_t q_rows) const {
+    launch_append<T>(p, batch, heads_k, heads_q, q_rows, stream_);
+  }
+  void dropout_mask(const ForwardParams& p, int64_t max_q) const { launch_dropout_mask(p, max_q, stream_); }
+  template <int D, int DV, class T>
+  void forward(const ForwardParams& p, int64_t max_q) const {
+    launch_forward<D, DV, T>(p, max_q, stream_);
+  }
+  template <class T>
+  void combine(const ForwardParams& p, int64_t max_q) const {
+    launch_combine<T>(p, max_q, stream_);
+  }
+  template <class T>
+  void dot(const BackwardParams& p, int64_t max_q) const {
+    launch_dot<T>(p, max_q, stream_);
+  }
+  void dsinks(const BackwardParams& p) const { launch_dsinks(p, stream_); }
+  template <class T>
+  void dbias(const BackwardParams& p) const {
+    launch_dbias<T>(p, stream_);
+  }
+  template <int D, int DV, class T>
+  void backward(const BackwardParams& p, int64_t max_k_rows) const {
+    launch_backward<D, DV, T>(p, max_k_rows, stream_);
+  }
+  template <int D, int DV, class T>
+  void dq(const BackwardParams& p, int64_t max_q) const {
+    launch_dq<D, DV, T>(p, max_q, stream_);
+  }
+  template <class T>
+  void dq_convert(const BackwardParams& p, int64_t max_q) const {
+    launch_dq_convert<T>(p, max_q, stream_);
+  }
+
+ private:
+  cudaStream_t stream_;
+};
+
 }  // namespace
 }  // namespace detail
 
@@ -271,40 +335,8 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   check_device_pointer(ap.rotary_cos, "append.rotary_cos");
   check_device_pointer(ap.rotary_sin, "append.rotary_sin");
 
-  // 2. the append (new rows into the caches, rotated queries into scratch); 3. the plain call.
-  ForwardArgs call = a, call_host = host;
-  std::vector<int32_t> lengths;
-  DeviceBuffer device_lengths(append ? sizeof(int32_t) * static_cast<size_t>(a.q.batch) : 0, stream);
-  DeviceBuffer q_rot(append ? rotated_q_bytes(a) : 0, stream);
-  if (append) {
-    lengths = lengths_after_append(host);
-    check_cuda(cudaMemcpyAsync(device_lengths.bytes(), lengths.data(), sizeof(int32_t) * lengths.size(),
-                               cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync (lengths after the append)");
-    AppendParams p;
-    fill(p, a, q_rot.bytes());
-    by_dtype(a.q.dtype, [&](auto tag) {
-      launch_append<typename decltype(tag)::type>(p, a.q.batch, static_cast<int>(ap.k_new.heads),
-                                                  static_cast<int>(a.q.heads), a.q.seq, stream);
-    });
-    call = appended_call(a, static_cast<const int32_t*>(device_lengths.bytes()), q_rot.bytes());
-    call_host = appended_call(host, lengths.data(), q_rot.bytes());
-  }
-  const Extents e = extents(call_host);
-  if (e.max_q == 0) return;
-  ForwardParams p;
-  fill(p, call, e.nseq, a.dropout_mask ? dropout_mask_row_bytes(host) : 0);
-  if (p.dropout_mask) launch_dropout_mask(p, e.max_q, stream);
-  dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
-    constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
-    using T = typename decltype(tag)::type;
-    const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
-    const int splits = split_count(call, e, shape.br, shape.bc);
-    DeviceBuffer partials(sizeof(float) * partial_count(call, splits), stream);
-    set_partials(p, call, splits, partials.get());
-    launch_forward<D, DV, T>(p, e.max_q, stream);
-    if (splits > 1) launch_combine<T>(p, e.max_q, stream);
-  });
+  CudaLauncher launcher(stream);
+  forward_sequence(launcher, a, host);
 }
 
 size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic) {
@@ -324,31 +356,8 @@ void backward(const BackwardArgs& a, cudaStream_t stream, bool deterministic) {
              {a.dv, "dv"}});
   check_device_pointer(a.dsinks, "dsinks");
   check_device_pointer(a.dbias.data, "dbias");
-  BackwardParams p;
-  fill(p, a, e.nseq);
-  if (dbias_blocks(p) > kMaxGridX) fail("dbias needs ", dbias_blocks(p), " blocks, above the CUDA grid limit ", kMaxGridX);
-  if (e.max_k_rows == 0 && e.max_q == 0 && !a.dsinks && !p.dbias.data) return;
-
-  DeviceBuffer dot(sizeof(float) * 2 * dot_count(a), stream);  // D, then LSE·log2(e)
-  DeviceBuffer dq_accum(deterministic ? 0 : sizeof(float) * dq_accum_count(a), stream);
-  p.dot = dot.get();
-  p.lse2 = p.dot + dot_count(a);
-  p.dq_accum = dq_accum.get();
-  if (p.dq_accum)
-    check_cuda(cudaMemsetAsync(p.dq_accum, 0, sizeof(float) * dq_accum_count(a), stream), "cudaMemsetAsync (dq_accum)");
-
-  dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
-    constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
-    using T = typename decltype(tag)::type;
-    launch_dot<T>(p, e.max_q, stream);                 // D = rowsum(dO∘O), LSE·log2(e)
-    if (p.dsinks) launch_dsinks(p, stream);            // dsinks from D and LSE
-    if (p.dbias.data) launch_dbias<T>(p, stream);      // dbias from D and LSE, no atomics
-    launch_backward<D, DV, T>(p, e.max_k_rows, stream);  // dK, dV (and dQ_accum by atomics)
-    if (deterministic)
-      launch_dq<D, DV, T>(p, e.max_q, stream);         // dQ per query block, no atomics
-    else
-      launch_dq_convert<T>(p, e.max_q, stream);        // dQ = round(dQ_accum)
-  });
+  CudaLauncher launcher(stream);
+  backward_sequence(launcher, a, e, deterministic);
 }
 
 }  // namespace flashattn::gpu

@@ -1,9 +1,10 @@
-// Entry points of the host emulator: the same orchestration as api.cu (validate; append kernels
-// and the plain call; dropout keep mask, forward kernel and split-KV combine; D pre-pass, dsinks,
-// dbias, dK/dV kernel with atomic dQ or the deterministic dQ kernel), with every launch replaced by emu::launch over the same
-// grids and host vectors as scratch.
+// Entry points of the host emulator: validation, then the GPU backend's own call sequence
+// (sequence.hpp) with a launcher that runs each kernel under emu::launch over the grid the CUDA
+// launchers use, and keeps scratch in guarded host memory.
 #include "emu/emu_api.hpp"
 
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "forward_kernel.cuh"
 #include "host_params.hpp"
 #include "rowwise.cuh"
+#include "sequence.hpp"
 #include "variants.inc"
 
 namespace flashattn::gpu_emu {
@@ -25,20 +27,25 @@ using namespace flashattn::gpu::detail;
 
 constexpr int64_t ceil_div(int64_t n, int64_t d) { return (n + d - 1) / d; }
 
-// fp32 scratch of a call (what the GPU backend allocates on the device), zeroed and registered with
-// the emulator's memcheck for its lifetime with kPad guard floats on each side: a kernel access
-// outside [data(), data() + n) is an error. data() is null when n is 0.
+// Scratch of a call (what the GPU backend allocates on the device): `bytes` rounded up to floats,
+// filled with NaN as stand-in for the device allocator's uninitialised memory (a kernel that reads
+// scratch nothing wrote, or a dQ accumulator the sequence forgot to zero, shows), and registered
+// with the emulator's memcheck for its lifetime with kPad guard floats on each side, so a kernel
+// access outside [bytes(), bytes() + n) is an error. Null when n is 0.
 class Scratch {
  public:
-  Scratch(size_t n, const char* name) : n_(n), storage_(n + 2 * kPad, 0.0f) {
-    if (n_) emu::register_guarded(storage_.data(), storage_.data() + storage_.size(), data(), n_ * sizeof(float), name);
+  Scratch(size_t bytes, const char* name)
+      : n_((bytes + sizeof(float) - 1) / sizeof(float)),
+        storage_(n_ + 2 * kPad, std::numeric_limits<float>::quiet_NaN()) {
+    if (n_) emu::register_guarded(storage_.data(), storage_.data() + storage_.size(), get(), bytes, name);
   }
   ~Scratch() {
-    if (n_) emu::unregister_guarded(data());
+    if (n_) emu::unregister_guarded(get());
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
-  float* data() { return n_ ? storage_.data() + kPad : nullptr; }
+  float* get() { return n_ ? storage_.data() + kPad : nullptr; }
+  void* bytes() { return get(); }
 
  private:
   static constexpr size_t kPad = 16;
@@ -50,58 +57,96 @@ emu::Dim3 grid(int64_t x, int64_t y, int64_t z) {
   return emu::Dim3{static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)};
 }
 
-template <int D, int DV, class T>
-void run_forward(ForwardParams p, const ForwardArgs& call, const Extents& e) {
-  const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
-  const int splits = split_count(call, e, shape.br, shape.bc);
-  Scratch partials(partial_count(call, splits), "split-KV partials");
-  set_partials(p, call, splits, partials.data());
-  if (p.dropout_mask)
-    emu::launch(dropout_mask_kernel, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
-  emu::launch(forward_variant<D, DV, T>(p),
-              grid(ceil_div(e.max_q, shape.br) * splits, p.heads_q, e.nseq), kThreadsPerBlock, shape.smem, p);
-  if (splits > 1)
-    emu::launch(combine_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
-}
+// The emulator's launcher of the call sequence: every kernel of the table (the emulator compiles
+// them all), each launch over the grid of the CUDA launcher of the same kernel (launch.cuh,
+// rowwise.cu), scratch in guarded host memory.
+class EmuLauncher {
+ public:
+  using Buffer = Scratch;
 
-template <int D, int DV, class T>
-void run_backward(const BackwardParams& p, const Extents& e, bool deterministic) {
-  const BackwardShape shape = backward_shape<D, DV>(backward_extras(p));
-  emu::launch(dot_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock, 0, p);
-  if (p.dsinks) emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
-  if (p.dbias.data) emu::launch(dbias_kernel<T>, grid(dbias_blocks(p), p.dbias_heads, p.dbias_batch), kThreadsPerBlock, 0, p);
-  emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(e.max_k_rows, shape.bc), p.heads_k, e.nseq), shape.threads,
-              shape.smem, p, !deterministic);
-  if (deterministic)
-    emu::launch(dq_variant<D, DV, T>(p),
-                grid(ceil_div(e.max_q, DqTraits<D, DV>::kBr), p.heads_q, e.nseq), kThreadsPerBlock,
-                DqTraits<D, DV>::kSmemBytes, p);
-  else
-    emu::launch(dq_convert_kernel<T>, grid(ceil_div(e.max_q, kRowsPerBlock), p.heads_q, e.nseq), kThreadsPerBlock,
-                0, p);
-}
+  Buffer buffer(size_t bytes, const char* name) const { return Buffer(bytes, name); }
+  const int32_t* upload(Buffer& b, const std::vector<int32_t>& values) const {
+    if (!values.empty()) std::memcpy(b.bytes(), values.data(), sizeof(int32_t) * values.size());
+    return static_cast<const int32_t*>(b.bytes());
+  }
+  void zero(float* p, size_t count) const { std::memset(p, 0, sizeof(float) * count); }
+  void check_backward(const BackwardParams&) const {}  // no grid limits on the host
 
-template <class T>
-void run_append(const AppendParams& p, const ForwardArgs& a) {
-  if (p.new_rows > 0)
-    emu::launch(append_kv_kernel<T>, grid(p.new_rows, a.append.k_new.heads, a.q.batch), kThreadsPerBlock, 0, p);
-  if (p.q_rot.data) emu::launch(rotate_q_kernel<T>, grid(a.q.seq, a.q.heads, a.q.batch), kThreadsPerBlock, 0, p);
-}
-
-// Calls f(integral_constant<D>, integral_constant<DV>, T{}) for the variant (d, dv, dtype) of the
-// table (every supported variant; with kBackward those that have a backward).
-template <bool kBackward, class F>
-void dispatch(int64_t d, int64_t dv, DType dtype, F&& f) {
+  // Calls f for the variant (d, dv, dtype) of the whole table (with kBackward, those that have a
+  // backward); unsupported() has ruled out the rest.
+  template <bool kBackward, class F>
+  void dispatch(int64_t d, int64_t dv, DType dtype, F&& f) const {
 #define FLASHATTN_X(D, DV, DT, TYPE, BWD)                                                  \
   if constexpr (BWD || !kBackward) {                                                       \
     if (d == D && dv == DV && dtype == DType::DT) {                                        \
-      f(std::integral_constant<int, D>{}, std::integral_constant<int, DV>{}, TYPE{});      \
+      f(std::integral_constant<int, D>{}, std::integral_constant<int, DV>{}, Tag<TYPE>{}); \
       return;                                                                              \
     }                                                                                      \
   }
-  FLASHATTN_GPU_ALL_VARIANTS(FLASHATTN_X)
+    FLASHATTN_GPU_ALL_VARIANTS(FLASHATTN_X)
 #undef FLASHATTN_X
-}
+  }
+  template <class F>
+  void by_dtype(DType dtype, F&& f) const {
+    if (dtype == DType::f16)
+      f(Tag<__half>{});
+    else
+      f(Tag<__nv_bfloat16>{});
+  }
+
+  template <class T>
+  void append(const AppendParams& p, int64_t batch, int heads_k, int heads_q, int64_t q_rows) const {
+    if (p.new_rows > 0) emu::launch(append_kv_kernel<T>, grid(p.new_rows, heads_k, batch), kThreadsPerBlock, 0, p);
+    if (p.q_rot.data) emu::launch(rotate_q_kernel<T>, grid(q_rows, heads_q, batch), kThreadsPerBlock, 0, p);
+  }
+  void dropout_mask(const ForwardParams& p, int64_t max_q) const {
+    emu::launch(dropout_mask_kernel, rows(p, max_q), kThreadsPerBlock, 0, p);
+  }
+  template <int D, int DV, class T>
+  void forward(const ForwardParams& p, int64_t max_q) const {
+    const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
+    emu::launch(forward_variant<D, DV, T>(p), grid(ceil_div(max_q, shape.br) * p.num_splits, p.heads_q, p.num_sequences),
+                kThreadsPerBlock, shape.smem, p);
+  }
+  template <class T>
+  void combine(const ForwardParams& p, int64_t max_q) const {
+    emu::launch(combine_kernel<T>, rows(p, max_q), kThreadsPerBlock, 0, p);
+  }
+  template <class T>
+  void dot(const BackwardParams& p, int64_t max_q) const {
+    emu::launch(dot_kernel<T>, rows(p, max_q), kThreadsPerBlock, 0, p);
+  }
+  void dsinks(const BackwardParams& p) const {
+    emu::launch(dsinks_kernel, grid(p.heads_q, 1, 1), kThreadsPerBlock, kThreadsPerBlock * 8, p);
+  }
+  template <class T>
+  void dbias(const BackwardParams& p) const {
+    emu::launch(dbias_kernel<T>, grid(dbias_blocks(p), p.dbias_heads, p.dbias_batch), kThreadsPerBlock, 0, p);
+  }
+  template <int D, int DV, class T>
+  void backward(const BackwardParams& p, int64_t max_k_rows) const {
+    const BackwardShape shape = backward_shape<D, DV>(backward_extras(p));
+    emu::launch(backward_variant<D, DV, T>(p), grid(ceil_div(max_k_rows, shape.bc), p.heads_k, p.num_sequences),
+                shape.threads, shape.smem, p, p.dq_accum != nullptr);
+  }
+  template <int D, int DV, class T>
+  void dq(const BackwardParams& p, int64_t max_q) const {
+    using Tr = DqTraits<D, DV>;
+    emu::launch(dq_variant<D, DV, T>(p), grid(ceil_div(max_q, Tr::kBr), p.heads_q, p.num_sequences), Tr::kThreads,
+                Tr::kSmemBytes, p);
+  }
+  template <class T>
+  void dq_convert(const BackwardParams& p, int64_t max_q) const {
+    emu::launch(dq_convert_kernel<T>, rows(p, max_q), kThreadsPerBlock, 0, p);
+  }
+
+ private:
+  // The grid of the row-wise kernels: (blocks of kRowsPerBlock query rows, query head, sequence).
+  template <class P>
+  static emu::Dim3 rows(const P& p, int64_t max_q) {
+    return grid(ceil_div(max_q, kRowsPerBlock), p.heads_q, p.num_sequences);
+  }
+};
 
 }  // namespace
 
@@ -116,46 +161,17 @@ std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward) {
 
 void forward(const ForwardArgs& a) {
   validate(a);
-  const bool append = a.append.used();
-  const int64_t dv = append ? a.append.v_cache.dim : a.v.dim;
+  const int64_t dv = a.append.used() ? a.append.v_cache.dim : a.v.dim;
   if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty()) return;
-  ForwardArgs call = a;
-  std::vector<int32_t> lengths;
-  std::vector<unsigned char> q_rot;
-  if (append) {
-    lengths = lengths_after_append(a);
-    q_rot.resize(rotated_q_bytes(a));
-    AppendParams p;
-    fill(p, a, q_rot.data());
-    if (a.q.dtype == DType::f16)
-      run_append<__half>(p, a);
-    else
-      run_append<__nv_bfloat16>(p, a);
-    call = appended_call(a, lengths.data(), q_rot.data());
-  }
-  const Extents e = extents(call);
-  if (e.max_q == 0) return;
-  ForwardParams p;
-  fill(p, call, e.nseq, a.dropout_mask ? dropout_mask_row_bytes(a) : 0);
-  dispatch<false>(a.q.dim, dv, a.q.dtype, [&](auto d, auto v, auto t) {
-    run_forward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, call, e);
-  });
+  EmuLauncher launcher;
+  forward_sequence(launcher, a, a);
 }
 
 void backward(const BackwardArgs& a, bool deterministic) {
   validate(a);
-  const Extents e = extents(a);
   if (!unsupported(a.q.dtype, a.q.dim, a.v.dim, true).empty()) return;
-  BackwardParams p;
-  fill(p, a, e.nseq);
-  Scratch dot(dot_count(a), "D (dot scratch)"), lse2(dot_count(a), "LSE·log2(e) (lse2 scratch)"),
-      dq_accum(deterministic ? 0 : dq_accum_count(a), "dq_accum");
-  p.dot = dot.data();
-  p.lse2 = lse2.data();
-  p.dq_accum = dq_accum.data();
-  dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto v, auto t) {
-    run_backward<decltype(d)::value, decltype(v)::value, decltype(t)>(p, e, deterministic);
-  });
+  EmuLauncher launcher;
+  backward_sequence(launcher, a, extents(a), deterministic);
 }
 
 }  // namespace flashattn::gpu_emu
