@@ -26,11 +26,12 @@ c = 2 (docs/benchmarks.md, "Checks").
 import argparse
 import csv
 import math
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from torch_cpu_sdpa import time_ms  # the same timing loop as the training-shape peers
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
@@ -52,16 +53,6 @@ def bottom_right_mask(nq, nk):
 
 def attend(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-
-
-def time_ms(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)
 
 
 def check(backend, q, k, v, mask, dtype_name, nq, nk):

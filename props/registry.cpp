@@ -46,6 +46,9 @@ int run(int argc, char** argv) {
                    "printed by a failure: FLASHATTN_REPLAY='b=1 hk=1 ...' "
                 << argv[0] << " -tc=replay\n";
   doctest::Context context;
+  // FLASHATTN_PROPS_ABORT_AFTER=n stops the runner after n failed checks (scripts/mutate sets 1:
+  // a mutant is killed by its first failure, and the properties after it need not run).
+  if (const char* n = std::getenv("FLASHATTN_PROPS_ABORT_AFTER")) context.setOption("abort-after", std::atoi(n));
   context.applyCommandLine(argc, argv);
   return context.run();
 }
