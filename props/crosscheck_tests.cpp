@@ -159,8 +159,12 @@ TEST_CASE("K/V rows, bias entries and bits of blocks a block mask skips are neve
   }());
 }
 
+// 200 cases: the draws whose poisoned row reaches the general forward with a NaN row sum are rare
+// enough that 30 cases missed the forward's NaN-row rule (mutant cpu-forward-nan-row-empty).
+constexpr int kNanContainedCases = 200;
+
 TEST_CASE("a NaN input damages only its (sequence, key head) group, and every row that reads it") {
-  for_each_implementation("nan-contained", check_nan_contained, false, kRepeatCases, block_space());
+  for_each_implementation("nan-contained", check_nan_contained, false, kNanContainedCases, block_space());
 }
 
 TEST_CASE("case lines parse back to the same case") {
