@@ -63,19 +63,6 @@ def gpu_h200_table():
     return sdpa_table(f"{H200}/bench.md", "651a546 with the paired dQ atomics, not committed as run")
 
 
-def ncu_cycles_per_issue(run):
-    """{kernel name: warp cycles per issued instruction} of the run's Nsight Compute report."""
-    out, kernel = {}, None
-    for line in read(f"{run}/ncu.txt").splitlines():
-        m = re.match(r"\s+void ([\w:]+?)(?:<|\()", line)
-        if m and "Context" in line:
-            kernel = m.group(1).split("::")[-1]
-        m = re.match(r"\s+Warp Cycles Per Issued Instruction\s+cycle\s+([\d.]+)", line)
-        if m and kernel and kernel not in out:
-            out[kernel] = float(m.group(1))
-    return out
-
-
 @block("readme-gpu", f"{H100}/bench.md", f"{H100}/build-info.txt", f"{H100}/ncu.txt")
 def readme_gpu():
     title, rows = sdpa_rows(f"{H100}/bench.md")
@@ -92,7 +79,7 @@ def readme_gpu():
     def ratios(p, impl="flashattn-gpu", ref="torch-flash"):
         return [rows[k] / rows[k[:4] + (ref,)] for k in rows if k[3] == p and k[4] == impl]
 
-    cycles = ncu_cycles_per_issue(H100)
+    cycles = {k: v['cpi'] for k, v in ncu_metrics(H100).items()}
     text = table([f"d = 128, N = {n}", "flashattn-gpu", "PyTorch flash (FA2)", "PyTorch cuDNN"], body)
     text += (f"\n\n{speed_summary()} Nsight Compute at d = 128, N = 8192: {cycles['forward_kernel']:.1f} (forward) and "
              f"{cycles['backward_kernel']:.1f} (backward) cycles per issued instruction, FA2's forward "
