@@ -19,11 +19,19 @@ static_assert((detail::kTargetAvx3Bf16 & (HWY_TARGETS | HWY_SCALAR | HWY_EMU128)
 
 namespace {
 
+// The Highway targets compiled in and supported by this CPU, detected once per process: Highway's
+// SupportedTargets() runs CPUID on every call, and in a virtual machine each CPUID traps to the
+// hypervisor (every forward call paid ~50 µs for it on the 2-vCPU Zen 5 guest, as much as a
+// 512-key decode step's arithmetic).
+int64_t supported() {
+  static const int64_t detected = HWY_TARGETS & hwy::SupportedTargets();
+  return detected;
+}
+
 // The best AVX-512 Highway target compiled and supported here (0: none).
 int64_t avx512_base_target() {
-  const int64_t usable = HWY_TARGETS & hwy::SupportedTargets();
   for (const int64_t t : {int64_t{HWY_AVX3_DL}, int64_t{HWY_AVX3}}) {
-    if (usable & t) return t;
+    if (supported() & t) return t;
   }
   return 0;
 }
@@ -44,7 +52,7 @@ int64_t too_wide_targets() {
 }  // namespace
 
 std::vector<Target> targets() {
-  const int64_t usable = HWY_TARGETS & hwy::SupportedTargets() & ~too_wide_targets();
+  const int64_t usable = supported() & ~too_wide_targets();
   std::vector<Target> out;
   // The AVX512_BF16 path first: best for bf16 inputs, the same as its AVX-512 base for the rest.
   if (avx512_base_target() != 0 && detail::cpu_has_avx512_bf16()) {

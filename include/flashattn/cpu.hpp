@@ -70,7 +70,9 @@ struct Target {
   std::string name;  // e.g. "AVX3", "AVX3_BF16"
 };
 
-// Returns the compiled targets this CPU can run, best first.
+// Returns the compiled targets this CPU can run, best first. The CPU is asked once per process, at
+// the first call into the library (Highway's target mask for tests, hwy::SetSupportedTargetsForTest,
+// must be set before it to take effect).
 std::vector<Target> targets();
 
 // This machine's per-core L1 data and L2 cache sizes in bytes as the library reads them (sysconf,
