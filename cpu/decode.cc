@@ -58,17 +58,17 @@ struct ItemRows {
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad floats,
 // zero-padded), four rows at a time so each key vector is loaded once per four dot products.
 template <class D>
-void TileDots(D d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t dpad, int64_t R, int64_t nk,
-              float* HWY_RESTRICT s, int64_t kpad) {
+void TileDots(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT krow, int64_t dpad, int64_t R,
+              int64_t nk, float* HWY_RESTRICT s, int64_t kpad) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t r = 0;
   for (; r + 4 <= R; r += 4) {
     const float* q0 = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
-      const float* k = kt + j * dpad;
+      const float* k = krow[j];
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t x = 0; x < dpad; x += L) {
-        const auto kv = hn::Load(d, k + x);
+        const auto kv = hn::LoadU(d, k + x);
         a0 = hn::MulAdd(hn::Load(d, q0 + x), kv, a0);
         a1 = hn::MulAdd(hn::Load(d, q0 + dpad + x), kv, a1);
         a2 = hn::MulAdd(hn::Load(d, q0 + 2 * dpad + x), kv, a2);
@@ -83,9 +83,9 @@ void TileDots(D d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, in
   for (; r < R; ++r) {
     const float* qr = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
-      const float* k = kt + j * dpad;
+      const float* k = krow[j];
       auto acc = hn::Zero(d);
-      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), hn::Load(d, k + x), acc);
+      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), hn::LoadU(d, k + x), acc);
       s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, acc));
     }
   }
@@ -94,14 +94,14 @@ void TileDots(D d, const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, in
 // TileDots in fp64 (exact scores, fp32 inputs): every product of two floats is exact and each sum
 // rounds at 2^-53.
 template <class DD>
-void TileDotsExact(DD dd, const float* HWY_RESTRICT q, const float* HWY_RESTRICT kt, int64_t dpad, int64_t R,
+void TileDotsExact(DD dd, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT krow, int64_t dpad, int64_t R,
                    int64_t nk, double* HWY_RESTRICT sd, int64_t kpad) {
   const hn::Rebind<float, DD> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
   for (int64_t r = 0; r < R; ++r) {
     const float* qr = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
-      const float* k = kt + j * dpad;
+      const float* k = krow[j];
       auto acc = hn::Zero(dd);  // dpad is a multiple of kMaxLanes, so of the fp64 lane count
       for (int64_t x = 0; x < dpad; x += L) {
         acc = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(df, qr + x)), hn::PromoteTo(dd, hn::LoadU(df, k + x)), acc);
@@ -225,7 +225,7 @@ float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT 
 // share the key interval: each value vector is loaded once for the n rows, and four rows run two
 // vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs.
 template <class D>
-void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_RESTRICT vt, int64_t dvpad,
+void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* const* HWY_RESTRICT vrow, int64_t dvpad,
               float* HWY_RESTRICT o, int64_t n, int64_t j0, int64_t j1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   if (n == 4) {
@@ -241,7 +241,7 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_R
       auto a2 = hn::Load(d, o0 + 2 * dvpad), b2 = hn::Load(d, o0 + 2 * dvpad + L);
       auto a3 = hn::Load(d, o0 + 3 * dvpad), b3 = hn::Load(d, o0 + 3 * dvpad + L);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto va = hn::Load(d, vt + j * dvpad + x), vb = hn::Load(d, vt + j * dvpad + x + L);
+        const auto va = hn::LoadU(d, vrow[j] + x), vb = hn::LoadU(d, vrow[j] + x + L);
         const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
         a0 = hn::MulAdd(q0, va, a0);
         b0 = hn::MulAdd(q0, vb, b0);
@@ -265,7 +265,7 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_R
       auto a0 = hn::Load(d, o + x), a1 = hn::Load(d, o + dvpad + x);
       auto a2 = hn::Load(d, o + 2 * dvpad + x), a3 = hn::Load(d, o + 3 * dvpad + x);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto v = hn::Load(d, vt + j * dvpad + x);
+        const auto v = hn::LoadU(d, vrow[j] + x);
         a0 = hn::MulAdd(hn::Set(d, p0[j]), v, a0);
         a1 = hn::MulAdd(hn::Set(d, p1[j]), v, a1);
         a2 = hn::MulAdd(hn::Set(d, p2[j]), v, a2);
@@ -283,7 +283,7 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* HWY_R
     float* orow = o + t * dvpad;
     for (int64_t x = 0; x < dvpad; x += L) {
       auto acc = hn::Load(d, orow + x);
-      for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), hn::Load(d, vt + j * dvpad + x), acc);
+      for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), hn::LoadU(d, vrow[j] + x), acc);
       hn::Store(acc, d, orow + x);
     }
   }
@@ -303,11 +303,12 @@ inline void LoadRow(const void* data, DType t, int64_t off, int64_t n, float* HW
   for (; x < n; ++x) dst[x] = s[x];
 }
 
-// LoadRow of an f32 key row that also returns its squared norm, exactly as MaxSquaredNorm(row, n)
-// (score-inl.h) computes it (same vectors, same order, same non-finite rule): the adaptive choice
-// of exact scores needs every key's norm, and taking it while the row passes through the registers
-// saves a second pass over the tile.
-inline float LoadKeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst) {
+// Returns the squared norm of an f32 key row exactly as MaxSquaredNorm(row, n) (score-inl.h) computes
+// it (same vectors, same order, same non-finite rule): the adaptive choice of exact scores needs
+// every key's norm. With kStore the row is also copied to dst (LoadRow) while it passes through the
+// registers.
+template <bool kStore>
+float KeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   auto acc = hn::Zero(d);
@@ -315,51 +316,75 @@ inline float LoadKeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_R
 #pragma GCC unroll 4
   for (; x + L <= n; x += L) {
     const auto v = hn::LoadU(d, s + x);
-    hn::Store(v, d, dst + x);
+    if (kStore) hn::Store(v, d, dst + x);
     acc = hn::MulAdd(v, v, acc);
   }
   float sum = hn::GetLane(hn::SumOfLanes(d, acc));
   for (; x < n; ++x) {
-    dst[x] = s[x];
+    if (kStore) dst[x] = s[x];
     sum += s[x] * s[x];
   }
   if (std::isfinite(sum)) return sum;
-  return MaxSquaredNorm(d, dst, n, 1, n);  // the rare non-finite row: MaxSquaredNorm's own rule
+  return MaxSquaredNorm(d, s, n, 1, n);  // the rare non-finite row: MaxSquaredNorm's own rule
 }
 
-// Reads keys [c0, c1) of the item's heads [h0, h0 + nh) of sequence seq into the per-head fp32 tiles
-// kt, vt (head t's tile at t·block_k rows; pad columns hold the zeros already there), key by key and
-// within a key head by head: the order of the usual [B, N, Hk, d] caches and of a page, where each key
-// holds its heads side by side, so the item reads a run of nh·d elements per key (all of a
-// contiguous cache when the run is every head) and the hardware prefetchers follow it. Each key's
-// rows are read where they live (key_row: contiguous, strided or through the block table), and the
-// rows of the key `ahead` keys on are prefetched into L2, one key per key read: a strided or paged
-// cache can place a key's rows anywhere. With `knorm` (f32 keys, adaptive exact scores) each key
-// row's squared norm goes to knorm[t·block_k + j − c0].
-void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t c0, int64_t c1,
-              int64_t ahead, int64_t key_end, const DecodePlan& dp, float* kt, float* vt, float* knorm) {
+// Asks for the K and V rows of keys [k0, k1) of the item's heads [h0, h0 + nh) into L2, key by key
+// and within a key head by head (each key's rows through key_row: contiguous, strided or paged, so
+// anywhere in memory). DecodeItem spreads the next tile's keys over the heads of the current one,
+// so the next tile's lines arrive while this one is computed.
+void PrefetchKeys(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t k0, int64_t k1) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
-  for (int64_t j = c0; j < c1; ++j) {
-    if (j + ahead < key_end) {
-      const KeyRow next = key_row(a, seq, j + ahead);
-      for (int64_t t = 0; t < nh; ++t) {
-        prefetch_row(a.k.data, a.k.dtype, a.k.offset(next.batch, next.row, h0 + t), dim, PrefetchFor::read_soon);
-        prefetch_row(a.v.data, a.v.dtype, a.v.offset(next.batch, next.row, h0 + t), dv, PrefetchFor::read_soon);
-      }
+  for (int64_t j = k0; j < k1; ++j) {
+    const KeyRow at = key_row(a, seq, j);
+    for (int64_t t = 0; t < nh; ++t) {
+      prefetch_row(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, h0 + t), dim, PrefetchFor::read_soon);
+      prefetch_row(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, h0 + t), dv, PrefetchFor::read_soon);
     }
+  }
+}
+
+// Makes keys [c0, c1) of the item's heads [h0, h0 + nh) readable as fp32 rows of whole vectors:
+// w.krow / w.vrow[t·block_k + j − c0] point at f32 rows of dpad (dvpad) elements where they live in
+// the cache, and at widened (16-bit) or zero-padded copies in the tiles kt / vt otherwise (their pad
+// columns hold the zeros already there). Keys are taken in order and within a key head by head: the
+// order of the usual [B, N, Hk, d] caches and of a page, where each key holds its heads side by side.
+// With `knorm` (f32 keys, adaptive exact scores) each key row's squared norm goes to knorm[t·block_k +
+// j − c0].
+void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t c0, int64_t c1,
+              const DecodePlan& dp, DecodeScratch& w, float* knorm) {
+  const int64_t dim = a.k.dim, dv = a.v.dim;
+  const bool k_direct = a.k.dtype == DType::f32 && dim == dp.dpad;
+  const bool v_direct = a.v.dtype == DType::f32 && dv == dp.dvpad;
+  const float* kdata = static_cast<const float*>(a.k.data);
+  const float* vdata = static_cast<const float*>(a.v.data);
+  for (int64_t j = c0; j < c1; ++j) {
     const KeyRow at = key_row(a, seq, j);
     for (int64_t t = 0; t < nh; ++t) {
       const int64_t row = t * dp.block_k + j - c0;
       const int64_t off = a.k.offset(at.batch, at.row, h0 + t);
-      if (knorm) {
-        knorm[row] = LoadKeyRowNorm(static_cast<const float*>(a.k.data) + off, dim, kt + row * dp.dpad);
+      if (k_direct) {
+        w.krow[row] = kdata + off;
+        if (knorm) knorm[row] = KeyRowNorm<false>(kdata + off, dim, nullptr);
       } else {
-        LoadRow(a.k.data, a.k.dtype, off, dim, kt + row * dp.dpad);
+        float* dst = w.kt + row * dp.dpad;
+        w.krow[row] = dst;
+        if (knorm) {
+          knorm[row] = KeyRowNorm<true>(kdata + off, dim, dst);
+        } else {
+          LoadRow(a.k.data, a.k.dtype, off, dim, dst);
+        }
       }
     }
     for (int64_t t = 0; t < nh; ++t) {
       const int64_t row = t * dp.block_k + j - c0;
-      LoadRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, h0 + t), dv, vt + row * dp.dvpad);
+      const int64_t off = a.v.offset(at.batch, at.row, h0 + t);
+      if (v_direct) {
+        w.vrow[row] = vdata + off;
+      } else {
+        float* dst = w.vt + row * dp.dvpad;
+        w.vrow[row] = dst;
+        LoadRow(a.v.data, a.v.dtype, off, dv, dst);
+      }
     }
   }
 }
@@ -383,8 +408,8 @@ struct HeadPart {
   int64_t kvh = 0;        // the key/value head
   float* q = nullptr;     // [rows x dpad]
   float* o = nullptr;     // [rows x dvpad]
-  const float* kt = nullptr;  // [block_k x dpad] its key tile
-  const float* vt = nullptr;  // [block_k x dvpad] its value tile
+  const float* const* krow = nullptr;  // [block_k] its key tile's rows (fp32, dpad readable floats)
+  const float* const* vrow = nullptr;  // [block_k] its value tile's rows (dvpad readable floats)
   const float* knorm = nullptr;  // [block_k] its key rows' squared norms (adaptive exact scores)
   float* m = nullptr;     // [rows]
   float* l = nullptr;     // [rows]
@@ -405,8 +430,8 @@ HeadPart StartHead(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, co
   hp.kvh = kvh;
   hp.q = w.q + t * dp.rows * dp.dpad;
   hp.o = w.o + t * dp.rows * dp.dvpad;
-  hp.kt = w.kt + t * dp.block_k * dp.dpad;
-  hp.vt = w.vt + t * dp.block_k * dp.dvpad;
+  hp.krow = w.krow + t * dp.block_k;
+  hp.vrow = w.vrow + t * dp.block_k;
   hp.knorm = w.knorm ? w.knorm + t * dp.block_k : nullptr;
   hp.m = w.m + t * dp.rows;
   hp.l = w.l + t * dp.rows;
@@ -477,9 +502,9 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     exact = exact_tile(p, TileScoreBound(ts, hp.qmax2, kmax2, mask.seqlen_q, c1));
   }
   if (exact) {
-    TileDotsExact(dd, hp.q, hp.kt, dp.dpad, R, nk, w.sd, kpad);
+    TileDotsExact(dd, hp.q, hp.krow, dp.dpad, R, nk, w.sd, kpad);
   } else {
-    TileDots(d, hp.q, hp.kt, dp.dpad, R, nk, w.s, kpad);
+    TileDots(d, hp.q, hp.krow, dp.dpad, R, nk, w.s, kpad);
   }
   for (int64_t r = 0; r < R; ++r) {
     const RowInfo& ri = hp.rows.info[r];
@@ -512,7 +537,7 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     const int64_t j0 = std::max(ri.kbeg, c0) - c0, j1 = std::min(ri.kend, c1) - c0;
     int64_t n4 = 1;  // rows from r sharing the interval (same query row: same mask)
     while (n4 < 4 && r + n4 < R && hp.rows.info[r + n4].i == ri.i) ++n4;
-    if (j0 < j1) RowsAxpy(d, w.s + r * kpad, kpad, hp.vt, dp.dvpad, hp.o + r * dp.dvpad, n4, j0, j1);
+    if (j0 < j1) RowsAxpy(d, w.s + r * kpad, kpad, hp.vrow, dp.dvpad, hp.o + r * dp.dvpad, n4, j0, j1);
     r += n4;
   }
 }
@@ -577,10 +602,15 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   const int64_t n = mask.seqlen_k;
   const int64_t key_lo = std::max(mask.rows_key_begin(0), split_begin(n, dp.splits, dp.block_k, c));
   const int64_t key_hi = std::min(mask.rows_key_end(nq), split_begin(n, dp.splits, dp.block_k, c + 1));
+  PrefetchKeys(a, seq, h0, nh, key_lo, std::min(key_lo + dp.block_k, key_hi));
   for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
     const int64_t c1 = std::min(c0 + dp.block_k, key_hi);
-    LoadTile(a, seq, h0, nh, c0, c1, 2 * dp.block_k, key_hi, dp, w.kt, w.vt, norms ? w.knorm : nullptr);
-    for (int64_t t = 0; t < nh; ++t) HeadTile(a, p, dp, w, seq, s, heads[t], c0, c1);
+    LoadTile(a, seq, h0, nh, c0, c1, dp, w, norms ? w.knorm : nullptr);
+    const int64_t n1 = std::min(c1 + dp.block_k, key_hi), step = ceil_div(n1 - c1, nh);
+    for (int64_t t = 0; t < nh; ++t) {
+      PrefetchKeys(a, seq, h0, nh, std::min(c1 + t * step, n1), std::min(c1 + (t + 1) * step, n1));
+      HeadTile(a, p, dp, w, seq, s, heads[t], c0, c1);
+    }
   }
   const int64_t hk = a.k.heads;
   for (int64_t t = 0; t < nh; ++t) {
