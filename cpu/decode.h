@@ -46,9 +46,10 @@ constexpr int64_t kDecodeItemRowBytes = 128 << 10;
 constexpr int64_t kDecodeItems = 64;
 constexpr int64_t kDecodeMinSplitKeys = 512;
 
-// Fewest key/value heads a work item reads together when short caches make the plan cut head runs
-// to reach kDecodeItems items: at d = 128, 2 KiB of each f32 key row (1 KiB bf16) stay contiguous.
-// Measured on the 2-core Zen 5 host, B = 1, Nk = 256-512, Hk = 8: 1.7-1.9x against one item of 8 heads.
+// Fewest key/value heads a work item reads together when a cache too short to split makes the plan
+// cut head runs to reach kDecodeItems items: at d = 128, 2 KiB of each f32 key row (1 KiB bf16) stay
+// contiguous. Measured on the 2-core Zen 5 host, B = 1, Nk = 256-512, Hk = 8: 1.7-1.9x against one
+// item of 8 heads.
 constexpr int64_t kDecodeMinHeads = 4;
 
 // The shape of one decode call, chosen from the arguments alone (never from the thread count).
