@@ -55,16 +55,77 @@ struct ItemRows {
   int64_t count;
 };
 
+// The next tile's K and V rows, asked for a few cache lines at a time from inside the current
+// tile's dot products (TileDots calls Step once per key and row group), so the lines arrive while
+// the tile is computed. Asked for in one burst between heads, the same lines were no faster than
+// no prefetch at all for f32 (Zen 5, B = 1, Nk = 16384); spread out, they are. The walk is key by
+// key, within a key the K row of each head, then the V rows: the cache's memory order.
+class TilePrefetch {
+ public:
+  TilePrefetch(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh) : a_(a), seq_(seq), h0_(h0), nh_(nh) {
+    kbytes_ = a.k.dim * static_cast<int64_t>(dtype_size(a.k.dtype));
+    vbytes_ = a.v.dim * static_cast<int64_t>(dtype_size(a.v.dtype));
+  }
+
+  // Starts the walk over keys [k0, k1), its lines spread over `steps` calls of Step.
+  void Start(int64_t k0, int64_t k1, int64_t steps) {
+    j_ = k0;
+    end_ = k1;
+    t_ = 2 * nh_;  // no span open: the next one is key j_'s first
+    left_ = 0;
+    const int64_t lines = (k1 - k0) * nh_ * (ceil_div(kbytes_, kLine) + ceil_div(vbytes_, kLine));
+    per_step_ = std::max<int64_t>(ceil_div(lines, std::max<int64_t>(steps, 1)), 1);
+  }
+
+  // Asks for the next share of lines.
+  void Step() { Ask(per_step_); }
+
+  // Asks for every line of the walk not asked for yet.
+  void Finish() { Ask(std::numeric_limits<int64_t>::max()); }
+
+ private:
+  static constexpr int64_t kLine = 64;
+
+  void Ask(int64_t lines) {
+    for (; lines > 0; --lines) {
+      while (left_ <= 0) {
+        if (t_ == 2 * nh_) {  // the key's spans are done: the next key
+          if (j_ >= end_) return;
+          row_ = key_row(a_, seq_, j_++);
+          t_ = 0;
+        }
+        const bool k = t_ < nh_;
+        const int64_t h = h0_ + (k ? t_ : t_ - nh_);
+        const ConstTensor& x = k ? a_.k : a_.v;
+        at_ = static_cast<const char*>(x.data) + x.offset(row_.batch, row_.row, h) * static_cast<int64_t>(dtype_size(x.dtype));
+        left_ = k ? kbytes_ : vbytes_;
+        ++t_;
+      }
+      __builtin_prefetch(at_, 0, 3);
+      at_ += kLine;
+      left_ -= kLine;
+    }
+  }
+
+  const ForwardArgs& a_;
+  const Sequence& seq_;
+  int64_t h0_, nh_, kbytes_, vbytes_;
+  int64_t j_ = 0, end_ = 0, t_ = 0, left_ = 0, per_step_ = 1;
+  KeyRow row_;
+  const char* at_ = nullptr;
+};
+
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad floats,
 // zero-padded), four rows at a time so each key vector is loaded once per four dot products.
 template <class D>
 void TileDots(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT krow, int64_t dpad, int64_t R,
-              int64_t nk, float* HWY_RESTRICT s, int64_t kpad) {
+              int64_t nk, float* HWY_RESTRICT s, int64_t kpad, TilePrefetch& pf) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t r = 0;
   for (; r + 4 <= R; r += 4) {
     const float* q0 = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
+      pf.Step();
       const float* k = krow[j];
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t x = 0; x < dpad; x += L) {
@@ -83,6 +144,7 @@ void TileDots(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT
   for (; r < R; ++r) {
     const float* qr = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
+      pf.Step();
       const float* k = krow[j];
       auto acc = hn::Zero(d);
       for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), hn::LoadU(d, k + x), acc);
@@ -328,21 +390,6 @@ float KeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst
   return MaxSquaredNorm(d, s, n, 1, n);  // the rare non-finite row: MaxSquaredNorm's own rule
 }
 
-// Asks for the K and V rows of keys [k0, k1) of the item's heads [h0, h0 + nh) into L2, key by key
-// and within a key head by head (each key's rows through key_row: contiguous, strided or paged, so
-// anywhere in memory). DecodeItem spreads the next tile's keys over the heads of the current one,
-// so the next tile's lines arrive while this one is computed.
-void PrefetchKeys(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t k0, int64_t k1) {
-  const int64_t dim = a.k.dim, dv = a.v.dim;
-  for (int64_t j = k0; j < k1; ++j) {
-    const KeyRow at = key_row(a, seq, j);
-    for (int64_t t = 0; t < nh; ++t) {
-      prefetch_row(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, h0 + t), dim, PrefetchFor::read_soon);
-      prefetch_row(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, h0 + t), dv, PrefetchFor::read_soon);
-    }
-  }
-}
-
 // Makes keys [c0, c1) of the item's heads [h0, h0 + nh) readable as fp32 rows of whole vectors:
 // w.krow / w.vrow[t·block_k + j − c0] point at f32 rows of dpad (dvpad) elements where they live in
 // the cache, and at widened (16-bit) or zero-padded copies in the tiles kt / vt otherwise (their pad
@@ -463,7 +510,8 @@ HeadPart StartHead(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, co
 // Runs keys [c0, c1) of one head of a work item, its tile loaded: scores, online softmax, O ·= α,
 // then O += P·V over each row's visible keys, four rows at a time where they share them.
 void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, const Sequence& seq,
-              int64_t s, HeadPart& hp, int64_t c0, int64_t c1) {
+              int64_t s, HeadPart& hp, int64_t c0, int64_t c1,
+              TilePrefetch& pf) {
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -504,7 +552,7 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
   if (exact) {
     TileDotsExact(dd, hp.q, hp.krow, dp.dpad, R, nk, w.sd, kpad);
   } else {
-    TileDots(d, hp.q, hp.krow, dp.dpad, R, nk, w.s, kpad);
+    TileDots(d, hp.q, hp.krow, dp.dpad, R, nk, w.s, kpad, pf);
   }
   for (int64_t r = 0; r < R; ++r) {
     const RowInfo& ri = hp.rows.info[r];
@@ -602,15 +650,17 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   const int64_t n = mask.seqlen_k;
   const int64_t key_lo = std::max(mask.rows_key_begin(0), split_begin(n, dp.splits, dp.block_k, c));
   const int64_t key_hi = std::min(mask.rows_key_end(nq), split_begin(n, dp.splits, dp.block_k, c + 1));
-  PrefetchKeys(a, seq, h0, nh, key_lo, std::min(key_lo + dp.block_k, key_hi));
+  TilePrefetch pf(a, seq, h0, nh);
+  pf.Start(key_lo, std::min(key_lo + dp.block_k, key_hi), 1);
+  pf.Finish();  // the first tile: nothing to overlap it with
+  // TileDots steps once per key for each group of up to four rows (R = nq·g rows).
+  const int64_t steps = nh * dp.block_k * (nq * dp.group / 4 + nq * dp.group % 4);
   for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
     const int64_t c1 = std::min(c0 + dp.block_k, key_hi);
     LoadTile(a, seq, h0, nh, c0, c1, dp, w, norms ? w.knorm : nullptr);
-    const int64_t n1 = std::min(c1 + dp.block_k, key_hi), step = ceil_div(n1 - c1, nh);
-    for (int64_t t = 0; t < nh; ++t) {
-      PrefetchKeys(a, seq, h0, nh, std::min(c1 + t * step, n1), std::min(c1 + (t + 1) * step, n1));
-      HeadTile(a, p, dp, w, seq, s, heads[t], c0, c1);
-    }
+    pf.Start(c1, std::min(c1 + dp.block_k, key_hi), steps);
+    for (int64_t t = 0; t < nh; ++t) HeadTile(a, p, dp, w, seq, s, heads[t], c0, c1, pf);
+    pf.Finish();  // what the steps left (fp64 scores do not step)
   }
   const int64_t hk = a.k.heads;
   for (int64_t t = 0; t < nh; ++t) {
