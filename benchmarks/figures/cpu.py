@@ -279,3 +279,54 @@ def cpu_avx2_blocks():
             f"{len(shapes)} cases (largest gaps: {name(gaps[0][1])} {100 * gaps[0][0]:.1f} %, {name(gaps[1][1])} "
             f"{100 * gaps[1][0]:.1f} %; `tile-sweep-6x2.json`).")
     return "\n\n".join([head, table(["pass", "N", "d", "mask"] + [n for n, _ in AVX2_BLOCKS], rows), tail])
+
+
+# ---- decode against PyTorch's CPU SDPA (benchmarks/decode_peers.sh) -----------------------------------
+
+DECODE = "benchmarks/results/2026-11-27/decode-peers-zen5-bb73f56"
+DECODE_BEFORE = "benchmarks/results/2026-11-27/decode-peers-zen5-e26e181"
+
+
+def decode_rows(rel):
+    """The rows of a decode_table.py table as dicts, with flashattn's GB/s and % split out."""
+    header, body = md_tables(rel)[0]
+    rows = [dict(zip(header, r)) for r in body]
+    for r in rows:
+        gb, pct = r["flashattn GB/s (% of read BW)"].split(" (")
+        r["gbps"], r["pct"] = float(gb), float(pct.rstrip(" %)"))
+        r["vs torch"] = float(r["flashattn / torch-flash tokens/s"].rstrip("x"))
+    return rows
+
+
+@block("cpu-decode-zen5", f"{DECODE}/decode.md")
+def cpu_decode_zen5():
+    return read(f"{DECODE}/decode.md")
+
+
+@block("cpu-decode-zen5-before", f"{DECODE}/decode.md", f"{DECODE_BEFORE}/decode.md")
+def cpu_decode_zen5_before():
+    now, before = decode_rows(f"{DECODE}/decode.md"), decode_rows(f"{DECODE_BEFORE}/decode.md")
+    parts = []
+    for dt in ("f32", "bf16"):
+        ratios = [n["gbps"] / b["gbps"] for n in now for b in before
+                  if (n["dtype"], n["B"], n["Nk"]) == (b["dtype"], b["B"], b["Nk"]) and n["dtype"] == dt]
+        old = [b["gbps"] for b in before if b["dtype"] == dt]
+        parts.append(f"{dt} {span(old, '{:.1f}')} GB/s then, {span(ratios)}x that now")
+    first = read(f"{DECODE_BEFORE}/decode.md").splitlines()[0]
+    bw = first.split("Read bandwidth ")[1].split(" GB/s")[0]
+    return (f"The same command at e26e181, earlier the same day (read bandwidth {bw} GB/s before its timings): "
+            + "; ".join(parts) + ".")
+
+
+@block("readme-decode", f"{DECODE}/decode.md")
+def readme_decode():
+    rows = decode_rows(f"{DECODE}/decode.md")
+
+    def of(dt, key, fmt):
+        return span([r[key] for r in rows if r["dtype"] == dt], fmt)
+    bw = read(f"{DECODE}/decode.md").splitlines()[0].split("Read bandwidth ")[1].split(" GB/s")[0]
+    return (f"Decode (Nq = 1, Hq = 32, Hk = 8, d = 128, B = 1-8, Nk = 16k-64k, 2 threads) reads K/V at "
+            f"{of('f32', 'gbps', '{:.1f}')} GB/s in f32 and {of('bf16', 'gbps', '{:.1f}')} GB/s in bf16, "
+            f"{span([r['pct'] for r in rows], '{:.0f}')} % of the {bw} GB/s read bandwidth the run measured; "
+            f"in tokens/s {of('f32', 'vs torch', '{:.1f}')}x (f32) and {of('bf16', 'vs torch', '{:.0f}')}x (bf16) "
+            f"PyTorch's CPU SDPA flash kernel on the same shapes.")
