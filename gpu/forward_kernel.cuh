@@ -16,6 +16,7 @@
 #include "dropout.cuh"
 #include "flashattn/problem.hpp"
 #include "params.cuh"
+#include "softmax.cuh"
 #include "tile.cuh"
 #include "traits.cuh"
 
@@ -36,6 +37,122 @@ __device__ inline TileRange full_tiles(const Mask& m, int64_t r0, int64_t r1) {
   if (r1 - r0 < Br) return {0, 0};
   const int64_t kb = m.full_key_begin(r1), ke = m.full_key_end(r0);
   return {(kb + Bc - 1) / Bc, ke / Bc};
+}
+
+// S ← mask(bias + alibi(softcap(scale·S))) over one key tile (keys c0 + [0, 8·kN)) of a warp's kM
+// m-tiles, in the log2 domain with the options' code (kExtras; the plain variant keeps the unscaled
+// S until the exponent), and each thread row's maximum over the tile in tile_max. kMasked (a partial
+// tile: of the window rule, of the block mask, or of a block with rows past the sequence, whose rows
+// must not read the bias) tests every element; a full tile tests none. row_of(mt, r): the sequence
+// row of the thread's row r of m-tile mt.
+template <bool kMasked, bool kExtras, bool kBlockSparse, int kM, int kN, class RowOf>
+__device__ __forceinline__ void score_tile(float (&acc_s)[kM][kN][4], float (&tile_max)[kM][2], const Mask& m,
+                                  const BlockMask& bm, int64_t s, int64_t h, int64_t c0, bool block_partial,
+                                  const ScoreTransform& score, const BiasRows& bias, const RowOf& row_of, int t) {
+  constexpr int Bc = kN * kMmaCols;
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    // A masked tile: row r of this thread's m-tile sees the tile's columns [lo[r], hi[r])
+    // (Mask::visible, relative to c0; empty for rows past the sequence), and the block mask
+    // hides the elements of block_hidden (a bit each) in tiles it leaves partial.
+    int lo[2] = {0, 0}, hi[2] = {Bc, Bc};
+    uint32_t block_hidden = 0;
+    if constexpr (kMasked) {
+      if constexpr (kBlockSparse) {
+        if (block_partial)
+          block_hidden = block_hidden_bits<kN>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
+            i = row_of(mt, e < 2 ? 0 : 1);  // selects: no dynamic index into registers
+            j = c0 + nb * kMmaCols + 2 * t + e % 2;
+          });
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t i = row_of(mt, r);
+        const bool in = i < m.seqlen_q;
+        lo[r] = in ? tile_offset(m.key_begin(i) - c0, Bc) : 0;
+        hi[r] = in ? tile_offset(m.key_end(i) - c0, Bc) : 0;
+      }
+    }
+    tile_max[mt][0] = tile_max[mt][1] = -INFINITY;
+#pragma unroll
+    for (int nb = 0; nb < kN; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nb * kMmaCols + 2 * t + e % 2;  // key c0 + col
+        bool seen = true;
+        if constexpr (kMasked) seen = lo[e / 2] <= col && col < hi[e / 2] && !((block_hidden >> (4 * nb + e)) & 1u);
+        float x = acc_s[mt][nb][e];
+        if constexpr (kExtras) {
+          float th;
+          const int64_t i = row_of(mt, e / 2), j = c0 + col;
+          x = seen ? score(acc_s[mt][nb][e], i, j, bias(i, j), th) : x;
+        }
+        x = seen ? x : -INFINITY;
+        acc_s[mt][nb][e] = x;
+        tile_max[mt][e / 2] = fmaxf(tile_max[mt][e / 2], x);
+      }
+  }
+}
+
+// Dropout of one key tile (keys c0 + [0, 8·kN)): zeroes the dropped entries of P before P·V (the row
+// sums keep the undropped P; the epilogue scales O by 1/(1 − p)). All 32 lanes call it.
+template <int kM, int kN, class RowOf>
+__device__ __forceinline__ void drop_tile(float (&acc_s)[kM][kN][4], const DropoutStream& drop, const RowOf& row_of, int64_t c0,
+                                 int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt) {
+    const int64_t rows[2] = {row_of(mt, 0), row_of(mt, 1)};
+    const uint32_t keep = keep_mask_rows<kN>(drop, rows, c0, lane);
+#pragma unroll
+    for (int nb = 0; nb < kN; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (!((keep >> (4 * nb + e)) & 1u)) acc_s[mt][nb][e] = 0.0f;
+  }
+}
+
+// Epilogue of a warp's rows: O = acc / sum (0 for rows that saw no key), times out_scale (1/(1 − p)
+// with dropout, else 1); LSE = ln(sum) + max (−inf for those rows). Split-KV writes both in fp32 to
+// the partials of split `split` instead. This warp holds O columns [ocol0, ocol0 + 8·kO).
+template <int DV, class T, int kM, int kO, class RowOf>
+__device__ __forceinline__ void store_forward_rows(const ForwardParams& p, const SeqInfo& si, int64_t h, int64_t split,
+                                          float out_scale, const OnlineSoftmax<kM>& sm, const float (&acc_o)[kM][kO][4],
+                                          const RowOf& row_of, int ocol0, int t) {
+  const Mask& m = si.mask;
+  const bool partials = p.num_splits > 1;
+  T* out = static_cast<T*>(p.out.data);
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(sm.row_sum[mt][r]);
+      // A row whose every visible score is NaN (a NaN query row) keeps max −inf (fmaxf drops NaN)
+      // but a NaN sum: it is NaN, not empty (O and LSE NaN, never the empty row's 0 and −∞).
+      const bool empty = sm.row_max[mt][r] == -INFINITY && sum == sum;  // (sum != sum: NaN)
+      const float inv = empty ? 0.0f : out_scale / sum;
+      const int64_t i = row_of(mt, r);
+      if (i >= m.seqlen_q) continue;
+      const float lse = empty ? -INFINITY : (sm.row_max[mt][r] + log2f(sum)) * kLn2;
+      const int64_t li = lse_index(p, si, h, i);
+      if (partials) {
+        const int64_t pi = split * p.part_rows + li;
+        float* orow = p.o_part + pi * DV + ocol0;
+#pragma unroll
+        for (int nd = 0; nd < kO; ++nd) {
+          st(orow + nd * kMmaCols + 2 * t, acc_o[mt][nd][2 * r] * inv);
+          st(orow + nd * kMmaCols + 2 * t + 1, acc_o[mt][nd][2 * r + 1] * inv);
+        }
+        if (t == 0 && ocol0 == 0) st(p.lse_part + pi, lse);
+        continue;
+      }
+      T* orow = out + p.out.offset(si.batch, si.q_start + i, h);
+#pragma unroll
+      for (int nd = 0; nd < kO; ++nd) {
+        const uint32_t packed = Elem<T>::pack(acc_o[mt][nd][2 * r] * inv, acc_o[mt][nd][2 * r + 1] * inv);
+        st(reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t), packed);
+      }
+      if (p.lse && t == 0 && ocol0 == 0) st(p.lse + li, lse);
+    }
 }
 
 // kExtras: the code of the per-element options (bias, dropout, softcap, ALiBi) is compiled in;
@@ -120,18 +237,11 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   // This thread's rows: m-tile mt holds rows g and g + 8 of its 16 (recomputed where used: kept
   // as 64-bit values across the key loop they held registers the 64-key tiles need).
   auto row_of = [&](int mt, int r) { return r0 + (slab_row + mt * kMmaRows + g + 8 * r); };
-  // Running max (log2 domain) and this thread's share of the running sum; the sink is a key of
-  // score sinks[h] and value 0 that every row sees: it starts both (counted once per quad).
+  // The online softmax starts from the sink when there is one: a key of score sinks[h] and value 0
+  // that every row sees (split 0 only).
   const bool sink = p.sinks != nullptr && split == 0;
-  const float sink2 = sink ? ld(p.sinks + h) * kLog2e : -INFINITY;
-  float row_max[kM][2], row_sum[kM][2];
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row_max[mt][r] = sink2;
-      row_sum[mt][r] = sink && t == 0 ? 1.0f : 0.0f;
-    }
+  OnlineSoftmax<kM> sm;
+  sm.start(sink, sink ? ld(p.sinks + h) * kLog2e : -INFINITY, t);
   float acc_o[kM][kOTiles][4] = {};
 
   int parity = 0;  // the buffer of this visited tile (they alternate)
@@ -157,118 +267,30 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
     float acc_s[kM][kNTiles][4] = {};
     mma_abt_tiles<kM, D, Bc>(acc_s, sQ + slab_row * QL::kStride, QL::kStride, tK, KL::kStride, lane);
 
-    // S ← mask(bias + alibi(softcap(scale·S))) in the log2 domain. Two copies of the element loop,
-    // chosen once per tile: a partial tile (of the window rule, of the block mask, or of a block
-    // with rows past the sequence, whose rows must not read the bias) tests every element; a full
-    // tile tests none.
+    // S ← mask(bias + alibi(softcap(scale·S))): two copies of the element loop, chosen once per tile.
     const bool block_partial =  // the block mask leaves the tile partial (classified once per tile)
         kBlockSparse && block_kind<kBlockSparse>(bm, s, h, r0, r1, c0, c0 + Bc) != TileKind::full;
     const bool partial = tile < full_first || tile >= full_last || block_partial;
     float tile_max[kM][2];
-    auto scores = [&](auto masked) {
-#pragma unroll
-      for (int mt = 0; mt < kM; ++mt) {
-        // A masked tile: row r of this thread's m-tile sees the tile's columns [lo[r], hi[r])
-        // (Mask::visible, relative to c0; empty for rows past the sequence), and the block mask
-        // hides the elements of block_hidden (a bit each) in tiles it leaves partial.
-        int lo[2] = {0, 0}, hi[2] = {Bc, Bc};
-        uint32_t block_hidden = 0;
-        if constexpr (decltype(masked)::value) {
-          if constexpr (kBlockSparse) {
-            if (block_partial)
-              block_hidden = block_hidden_bits<kNTiles>(m, bm, s, h, [&](int nb, int e, int64_t& i, int64_t& j) {
-                i = row_of(mt, e < 2 ? 0 : 1);  // selects: no dynamic index into registers
-                j = c0 + nb * kMmaCols + 2 * t + e % 2;
-              });
-          }
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int64_t i = row_of(mt, r);
-            const bool in = i < m.seqlen_q;
-            lo[r] = in ? tile_offset(m.key_begin(i) - c0, Bc) : 0;
-            hi[r] = in ? tile_offset(m.key_end(i) - c0, Bc) : 0;
-          }
-        }
-        tile_max[mt][0] = tile_max[mt][1] = -INFINITY;
-#pragma unroll
-        for (int nb = 0; nb < kNTiles; ++nb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = nb * kMmaCols + 2 * t + e % 2;  // key c0 + col
-            bool seen = true;
-            if constexpr (decltype(masked)::value)
-              seen = lo[e / 2] <= col && col < hi[e / 2] && !((block_hidden >> (4 * nb + e)) & 1u);
-            float x = acc_s[mt][nb][e];
-            if constexpr (kExtras) {
-              float th;
-              const int64_t i = row_of(mt, e / 2), j = c0 + col;
-              x = seen ? score(acc_s[mt][nb][e], i, j, bias(i, j), th) : x;
-            }
-            x = seen ? x : -INFINITY;
-            acc_s[mt][nb][e] = x;
-            tile_max[mt][e / 2] = fmaxf(tile_max[mt][e / 2], x);
-          }
-      }
-    };
     if (partial)
-      scores(std::true_type{});
+      score_tile<true, kExtras, kBlockSparse>(acc_s, tile_max, m, bm, s, h, c0, block_partial, score, bias, row_of, t);
     else
-      scores(std::false_type{});
+      score_tile<false, kExtras, kBlockSparse>(acc_s, tile_max, m, bm, s, h, c0, block_partial, score, bias, row_of, t);
 
     // Online softmax: rescale the running state to the new row maximum, P = exp2(S − max) (the
-    // plain variant: exp2(acc·scale2 − max), one FFMA). A row
-    // whose maximum did not change has alpha = exp2(0) = 1 exactly, so the rescale of O (kOTiles·2
-    // multiplies per row) is skipped when no row of the warp changed: bitwise the same result, and
-    // after the first tiles most tiles of a long row change no maximum. (An empty row so far, max
-    // −inf, has O = 0 and sum 0, unchanged by its alpha of 0.)
+    // plain variant: exp2(acc·scale2 − max), one FFMA). A row whose maximum did not change has
+    // alpha = exp2(0) = 1 exactly, so the rescale of O (kOTiles·2 multiplies per row) is skipped when
+    // no row of the warp changed: bitwise the same result, and after the first tiles most tiles of a
+    // long row change no maximum. (An empty row so far, max −inf, has O = 0 and sum 0, unchanged by
+    // its alpha of 0.)
     float alpha[kM][2], base[kM][2];  // base: the subtrahend of this tile's exponents
-    bool changed = false;
-#pragma unroll
-    for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float tmax = quad_max(tile_max[mt][r]);
-        const float new_max = fmaxf(row_max[mt][r], kExtras ? tmax : tmax * scale2);  // −inf stays −inf
-        base[mt][r] = new_max == -INFINITY ? 0.0f : new_max;  // empty so far: keep P = 0, no NaN
-        alpha[mt][r] = exp2_ftz(row_max[mt][r] - base[mt][r]);
-        changed |= new_max != row_max[mt][r];
-        row_max[mt][r] = new_max;
-        row_sum[mt][r] *= alpha[mt][r];
-      }
-    if (__any_sync(0xffffffffu, changed)) {
-#pragma unroll
-      for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-        for (int nd = 0; nd < kOTiles; ++nd)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_o[mt][nd][e] *= alpha[mt][e / 2];
-    }
-#pragma unroll
-    for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int nb = 0; nb < kNTiles; ++nb) {
-          acc_s[mt][nb][2 * r] = exp2_ftz(fmaf(acc_s[mt][nb][2 * r], scale2, -base[mt][r]));
-          acc_s[mt][nb][2 * r + 1] = exp2_ftz(fmaf(acc_s[mt][nb][2 * r + 1], scale2, -base[mt][r]));
-          row_sum[mt][r] += acc_s[mt][nb][2 * r] + acc_s[mt][nb][2 * r + 1];
-        }
-      }
+    const bool changed = sm.template rescale<kExtras>(tile_max, scale2, alpha, base);
+    if (__any_sync(0xffffffffu, changed)) scale_rows(acc_o, alpha);
+    sm.exponentiate(acc_s, scale2, base);
 
     // Dropout: P·Z enters P·V (1/(1 − p) is applied to O in the epilogue).
     if constexpr (kExtras) {
-      if (p.dropout_p > 0) {
-#pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {
-          const int64_t rows[2] = {row_of(mt, 0), row_of(mt, 1)};
-          const uint32_t keep = keep_mask_rows<kNTiles>(drop, rows, c0, lane);
-#pragma unroll
-          for (int nb = 0; nb < kNTiles; ++nb)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (!((keep >> (4 * nb + e)) & 1u)) acc_s[mt][nb][e] = 0.0f;
-        }
-      }
+      if (p.dropout_p > 0) drop_tile(acc_s, drop, row_of, c0, lane);
     }
 
     // O += P·V (P rounded to T, from registers; this warp's O columns; each V fragment feeds kM m-tiles)
@@ -293,44 +315,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   }
   cp_async_wait<0>();  // no copy may outlive the block (only the Q copy when no tile was visited)
 
-  // Epilogue: O = acc / sum (0 for rows that saw no key), times 1/(1 − p) with dropout; LSE = ln(sum)
-  // + max (−inf for those rows).
-  // Split-KV writes both in fp32 to the partials instead.
-  const bool partials = p.num_splits > 1;
-  const float out_scale = kExtras && p.dropout_p > 0 ? p.dropout_scale : 1.0f;
-  T* out = static_cast<T*>(p.out.data);
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float sum = quad_sum(row_sum[mt][r]);
-      // A row whose every visible score is NaN (a NaN query row) keeps max −inf (fmaxf drops NaN)
-      // but a NaN sum: it is NaN, not empty (O and LSE NaN, never the empty row's 0 and −∞).
-      const bool empty = row_max[mt][r] == -INFINITY && sum == sum;  // (sum != sum: NaN)
-      const float inv = empty ? 0.0f : out_scale / sum;
-      const int64_t i = row_of(mt, r);
-      if (i >= m.seqlen_q) continue;
-      const float lse = empty ? -INFINITY : (row_max[mt][r] + log2f(sum)) * kLn2;
-      const int64_t li = lse_index(p, si, h, i);
-      if (partials) {
-        const int64_t pi = split * p.part_rows + li;
-        float* orow = p.o_part + pi * DV + ocol0;
-#pragma unroll
-        for (int nd = 0; nd < kOTiles; ++nd) {
-          st(orow + nd * kMmaCols + 2 * t, acc_o[mt][nd][2 * r] * inv);
-          st(orow + nd * kMmaCols + 2 * t + 1, acc_o[mt][nd][2 * r + 1] * inv);
-        }
-        if (t == 0 && ocol0 == 0) st(p.lse_part + pi, lse);
-        continue;
-      }
-      T* orow = out + p.out.offset(si.batch, si.q_start + i, h);
-#pragma unroll
-      for (int nd = 0; nd < kOTiles; ++nd) {
-        const uint32_t packed = Elem<T>::pack(acc_o[mt][nd][2 * r] * inv, acc_o[mt][nd][2 * r + 1] * inv);
-        st(reinterpret_cast<uint32_t*>(orow + ocol0 + nd * kMmaCols + 2 * t), packed);
-      }
-      if (p.lse && t == 0 && ocol0 == 0) st(p.lse + li, lse);
-    }
+  store_forward_rows<DV, T>(p, si, h, split, kExtras && p.dropout_p > 0 ? p.dropout_scale : 1.0f, sm, acc_o, row_of,
+                            ocol0, t);
 }
 
 // Returns the forward kernel variant of a call: with the block-mask code when it has a block mask

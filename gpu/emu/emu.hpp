@@ -33,11 +33,13 @@
 #undef __host__
 #undef __launch_bounds__
 #undef __shared__
+#undef __forceinline__
 #define __global__
 #define __device__
 #define __host__
 #define __launch_bounds__(...)
 #define __shared__
+#define __forceinline__ inline
 
 namespace flashattn::gpu::detail {
 // The dynamic shared memory of the running block (kernels declare it `extern __shared__`).
