@@ -101,7 +101,7 @@ class TilePrefetch {
         left_ = k ? kbytes_ : vbytes_;
         ++t_;
       }
-      __builtin_prefetch(at_, 0, 3);
+      prefetch_line(at_, PrefetchFor::read_now);
       at_ += kLine;
       left_ -= kLine;
     }
@@ -510,8 +510,7 @@ HeadPart StartHead(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, co
 // Runs keys [c0, c1) of one head of a work item, its tile loaded: scores, online softmax, O ·= α,
 // then O += P·V over each row's visible keys, four rows at a time where they share them.
 void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, const Sequence& seq,
-              int64_t s, HeadPart& hp, int64_t c0, int64_t c1,
-              TilePrefetch& pf) {
+              int64_t s, HeadPart& hp, int64_t c0, int64_t c1, TilePrefetch& pf) {
   const hn::ScalableTag<float> d;
   const hn::ScalableTag<double> dd;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));

@@ -59,6 +59,15 @@ enum class PrefetchFor : uint8_t {
   write,      // to be written
 };
 
+// Asks the CPU to start loading the cache line holding p, for `how`.
+inline void prefetch_line(const char* p, PrefetchFor how) {
+  switch (how) {
+    case PrefetchFor::read_now: __builtin_prefetch(p, 0, 3); break;
+    case PrefetchFor::read_soon: __builtin_prefetch(p, 0, 2); break;
+    case PrefetchFor::write: __builtin_prefetch(p, 1, 3); break;
+  }
+}
+
 // Asks the CPU to start loading the cache lines of the n elements at element offset `off` of `data`
 // (dtype t). A work item reads its q rows (and writes its out rows) once, cold: issuing every miss
 // of a block of rows early overlaps them with each other and with the tile loop, instead of meeting
@@ -68,15 +77,9 @@ inline void prefetch_row(const void* data, DType t, int64_t off, int64_t n, Pref
   constexpr int64_t kLine = 64;
   const int64_t size = t == DType::f32 ? 4 : 2;
   const char* p = static_cast<const char*>(data) + off * size;
-  // Four lines per loop step: a loop of one line per step cost a tenth of a decode call's
-  // instructions (decode.cc streams K/V rows through here).
-  const auto line = [&](int64_t b) {
-    switch (how) {
-      case PrefetchFor::read_now: __builtin_prefetch(p + b, 0, 3); break;
-      case PrefetchFor::read_soon: __builtin_prefetch(p + b, 0, 2); break;
-      case PrefetchFor::write: __builtin_prefetch(p + b, 1, 3); break;
-    }
-  };
+  // Four lines per loop step: a loop of one line per step cost a tenth of the instructions of a
+  // decode call that streamed its K/V rows through here.
+  const auto line = [&](int64_t b) { prefetch_line(p + b, how); };
   const int64_t bytes = n * size;
   int64_t b = 0;
   for (; b + 4 * kLine <= bytes; b += 4 * kLine) {
