@@ -71,6 +71,17 @@ __device__ inline void load_rows(T* dst, const RowPointer& row, const T* fallbac
       // product per row (the d = 128 forward's contiguous K/V prefetch: 52 instructions fewer).
       const int64_t step = kRowStep * row.stride;
       const T* src = row.base + r0 * row.stride + x;
+      // A whole tile (every tile but a sequence's last) copies without a per-copy test; for loaders
+      // of 4+ copies per thread that saves two selects and a compare per copy (and took the d = 128
+      // plain forward on sm_90a from 32 B of stack to none); below that it gained nothing.
+      if (kIters >= 4 && valid_rows >= Rows) {
+#pragma unroll kUnroll
+        for (int i = 0; i < kIters; ++i, src += step) {
+          const int r = r0 + i * kRowStep;
+          if (Rows % kRowStep == 0 || r < Rows) cp_async_16(dst + r * kStride + x, src, true);
+        }
+        return;
+      }
 #pragma unroll kUnroll
       for (int i = 0; i < kIters; ++i, src += step) {
         const int r = r0 + i * kRowStep;
