@@ -239,6 +239,91 @@ __device__ __forceinline__ void store_key_rows(const BackwardParams& p, const Se
   }
 }
 
+// In a partial tile, key r of this thread is seen by the query block's rows [lo[r], hi[r])
+// (Mask::row_begin/row_end relative to i0, clamped to the block; rows past the sequence see nothing).
+template <int Br>
+__device__ __forceinline__ void key_row_intervals(const Mask& m, const int64_t (&key)[2], int64_t i0, int (&lo)[2],
+                                                  int (&hi)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    lo[r] = tile_offset(m.row_begin(key[r]) - i0, Br);
+    hi[r] = tile_offset(m.row_end(key[r]) - i0, Br);
+  }
+}
+
+// Returns the elements of this thread's Sᵀ fragments the block mask hides (a bit each: 4·nb + e) in a
+// tile it leaves partial, and sets `partial` to whether it does; 0 and false without kBlockSparse.
+template <bool kBlockSparse, int kQTiles, int Bc>
+__device__ __forceinline__ uint32_t block_tile_bits(const Mask& m, const BlockMask& bm, int s, int hq, int64_t i0,
+                                                    int64_t i1, int64_t k0, const int64_t (&key)[2], int q0, int t,
+                                                    bool& partial) {
+  if constexpr (kBlockSparse) {
+    partial = block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full;
+    if (partial)
+      return block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
+        i = i0 + q0 + nb * kMmaCols + 2 * t + e % 2;
+        j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
+      });
+  }
+  return 0;
+}
+
+// The dK/dV kernel's shared memory: K and V of the key block, two buffers of each query step's Q, dO,
+// LSE·log2(e) and D, and the dSᵀ and Pᵀ∘Z tiles ([key][query], rounded to T; Pᵀ with kShare only).
+template <class Tr, class T>
+struct BackwardSmem {
+  T *k, *v, *q, *dout, *dst, *pt;
+  float *lse, *dot;
+  __device__ explicit BackwardSmem(unsigned char* raw) {
+    k = reinterpret_cast<T*>(raw);
+    v = k + Tr::KL::kElems;
+    q = v + Tr::VL::kElems;
+    dout = q + 2 * Tr::QL::kElems;
+    dst = dout + 2 * Tr::OL::kElems;
+    pt = dst + Tr::PL::kElems;
+    lse = reinterpret_cast<float*>(pt + (Tr::kShare ? Tr::PL::kElems : 0));
+    dot = lse + 2 * Tr::kBr;
+  }
+};
+
+// A step of the dK/dV kernel: one query head of the group and one query block.
+struct QueryStep {
+  int head;   // in the group; `group`: past the last step
+  int block;  // query block index (a sequence has fewer than 2^31 blocks of rows)
+};
+
+// The steps of a key block: every query block of [first, last) (those whose rows see the keys), head
+// by head. A step's pair is carried from the last one: dividing a 64-bit step index cost a call or
+// ~20 instructions per step.
+struct QuerySteps {
+  int group, first, last;
+  __device__ QueryStep begin() const { return last > first ? QueryStep{0, first} : QueryStep{group, 0}; }
+  __device__ bool done(const QueryStep& x) const { return x.head >= group; }
+  __device__ QueryStep advance(QueryStep x) const {
+    if (++x.block == last) {
+      x.block = first;
+      ++x.head;
+    }
+    return x;
+  }
+};
+
+// Returns the first step at or after x whose tile classify_tile does not call empty (x itself without
+// the block-mask code or without a block mask).
+template <int Br, int Bc, bool kBlockSparse>
+__device__ __forceinline__ QueryStep next_visited(const QuerySteps& steps, QueryStep x, const Mask& m,
+                                                  const BlockMask& bm, int s, int hk, int64_t k0) {
+  if constexpr (kBlockSparse) {
+    if (bm.used())
+      for (; !steps.done(x); x = steps.advance(x)) {
+        const int64_t i0 = static_cast<int64_t>(x.block) * Br;
+        const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
+        if (classify_tile(m, bm, s, hk * steps.group + x.head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+      }
+  }
+  return x;
+}
+
 // kExtras: the code of the bias, dropout, softcap and ALiBi is compiled in. The launcher picks the
 // variant without it for calls that use none of them (uses_score_options), which has fewer
 // registers (the tile shapes are the same, traits.cuh; with the options the d = 32 and d = 64
@@ -267,14 +352,10 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   const int group = p.heads_q / p.heads_k;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sK = reinterpret_cast<T*>(smem_raw);
-  T* sV = sK + KL::kElems;
-  T* sQ = sV + VL::kElems;       // [2][Br][stride]
-  T* sdO = sQ + 2 * QL::kElems;  // [2][Br][stride]
-  T* sdSt = sdO + 2 * OL::kElems;  // dSᵀ [Bc][Br + pad], rounded to T
-  T* sPt = sdSt + PL::kElems;      // Pᵀ∘Z [Bc][Br + pad] (kShare only)
-  float* sLse = reinterpret_cast<float*>(sPt + (Tr::kShare ? PL::kElems : 0));  // [2][Br] LSE·log2(e)
-  float* sDot = sLse + 2 * Br;                               // [2][Br]
+  const BackwardSmem<Tr, T> sm(smem_raw);
+  T* const sK = sm.k;
+  T* const sdSt = sm.dst;
+  T* const sPt = sm.pt;
 
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int g = lane / 4, t = lane % 4;
@@ -285,50 +366,26 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   // With a block mask, only the (query head, query block) steps classify_tile does not call empty
   // are visited, and only the key rows some visited step's lists name are loaded.
   const BlockMask& bm = p.block_mask;
-  load_key_block<D, DV, Tr, kBlockSparse>(p, si, s, hk, group, k0, sK, sV, tid);
+  load_key_block<D, DV, Tr, kBlockSparse>(p, si, s, hk, group, k0, sK, sm.v, tid);
 
-  // The steps: (query head of the group, query block) pairs, head by head, each block of
-  // `qblocks` (the blocks whose rows see this key block). A step's pair is carried from the last one
-  // (no 64-bit division in the loop: it cost a call or ~20 instructions per step).
   const TileRange qblocks = query_blocks<Br>(m, k0, k0 + Bc);
-  struct Step {
-    int head;   // in the group; `group`: past the last step
-    int block;  // query block index (a sequence has fewer than 2^31 blocks of rows)
+  const QuerySteps steps{group, static_cast<int>(qblocks.first), static_cast<int>(qblocks.last)};
+  auto load_q = [&](const QueryStep& x, int buf) {
+    load_query_step<D, DV, Tr>(p, si, hk * group + x.head, static_cast<int64_t>(x.block) * Br,
+                               sm.q + buf * QL::kElems, sm.dout + buf * OL::kElems, sm.lse + buf * Br,
+                               sm.dot + buf * Br, tid);
   };
-  auto advance = [&](Step x) {
-    if (++x.block == static_cast<int>(qblocks.last)) {
-      x.block = static_cast<int>(qblocks.first);
-      ++x.head;
-    }
-    return x;
-  };
-  // Returns the first step at or after x whose tile classify_tile does not call empty.
-  auto next_visited = [&](Step x) {
-    if constexpr (kBlockSparse) {
-      if (bm.used())
-        for (; x.head < group; x = advance(x)) {
-          const int64_t i0 = static_cast<int64_t>(x.block) * Br;
-          const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
-          if (classify_tile(m, bm, s, hk * group + x.head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
-        }
-    }
-    return x;
-  };
-  auto load_q = [&](const Step& x, int buf) {
-    load_query_step<D, DV, Tr>(p, si, hk * group + x.head, static_cast<int64_t>(x.block) * Br, sQ + buf * QL::kElems, sdO + buf * OL::kElems,
-                               sLse + buf * Br, sDot + buf * Br, tid);
-  };
-  const Step first = next_visited(qblocks.last > qblocks.first ? Step{0, static_cast<int>(qblocks.first)} : Step{group, 0});
-  if (first.head < group) load_q(first, 0);
+  const QueryStep first = next_visited<Br, Bc, kBlockSparse>(steps, steps.begin(), m, bm, s, hk, k0);
+  if (!steps.done(first)) load_q(first, 0);
   cp_async_commit();
 
   float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
   const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
 
   int buf = 0;  // the buffer of this step's Q, dO, LSE and D (they alternate)
-  for (Step step = first, next; step.head < group; step = kBlockSparse ? next : advance(step), buf ^= 1) {
-    next = next_visited(advance(step));  // prefetched while this one computes
-    if (next.head < group) {
+  for (QueryStep step = first, next; !steps.done(step); step = kBlockSparse ? next : steps.advance(step), buf ^= 1) {
+    next = next_visited<Br, Bc, kBlockSparse>(steps, steps.advance(step), m, bm, s, hk, k0);  // prefetched now
+    if (!steps.done(next)) {
       load_q(next, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
@@ -339,16 +396,16 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     const int hq = hk * group + step.head;
     const int64_t i0 = static_cast<int64_t>(step.block) * Br;
     const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
-    const T* tQ = sQ + buf * QL::kElems;
-    const T* tdO = sdO + buf * OL::kElems;
-    const float* tLse = sLse + buf * Br;
-    const float* tDot = sDot + buf * Br;
+    const T* tQ = sm.q + buf * QL::kElems;
+    const T* tdO = sm.dout + buf * OL::kElems;
+    const float* tLse = sm.lse + buf * Br;
+    const float* tDot = sm.dot + buf * Br;
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this slab's 16 keys x this warp's kQPart queries from q0)
     float acc_s[kQTiles][4] = {}, acc_dp[kQTiles][4] = {};
     mma_abt<D, Tr::kQPart>(acc_s, sK + slab * kMmaRows * KL::kStride, KL::kStride, tQ + q0 * QL::kStride, QL::kStride,
                            lane);
-    mma_abt<DV, Tr::kQPart>(acc_dp, sV + slab * kMmaRows * VL::kStride, VL::kStride, tdO + q0 * OL::kStride,
+    mma_abt<DV, Tr::kQPart>(acc_dp, sm.v + slab * kMmaRows * VL::kStride, VL::kStride, tdO + q0 * OL::kStride,
                             OL::kStride, lane);
 
     // Pᵀ = exp(mask(bias + transform(scale·Sᵀ)) − LSE);  dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·(1 − tanh²)
@@ -356,27 +413,11 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
     const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, hq), m.diag()};
     const BiasRows bias(p, s, hq);
     const bool partial = m.classify(i0, i1, k0, k0 + Bc) != TileKind::full || i1 - i0 < Br;
-    // In a partial tile, key r of this thread is seen by the block's rows [lo[r], hi[r])
-    // (Mask::row_begin/row_end relative to i0; rows past the sequence see nothing).
     int lo[2] = {0, 0}, hi[2] = {Br, Br};
-    if (partial) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        lo[r] = tile_offset(m.row_begin(key[r]) - i0, Br);
-        hi[r] = tile_offset(m.row_end(key[r]) - i0, Br);
-      }
-    }
-    // The elements the block mask hides (a bit each), in tiles it leaves partial; none without kBlockSparse.
-    uint32_t block_hidden = 0;
+    if (partial) key_row_intervals<Br>(m, key, i0, lo, hi);
     bool block_partial = false;
-    if constexpr (kBlockSparse) {
-      block_partial = block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full;
-      if (block_partial)
-        block_hidden = block_hidden_bits<kQTiles>(m, bm, s, hq, [&](int nb, int e, int64_t& i, int64_t& j) {
-          i = i0 + q0 + nb * kMmaCols + 2 * t + e % 2;
-          j = e < 2 ? key[0] : key[1];  // selects: no dynamic index into registers
-        });
-    }
+    const uint32_t block_hidden =
+        block_tile_bits<kBlockSparse, kQTiles, Bc>(m, bm, s, hq, i0, i1, k0, key, q0, t, block_partial);
     const bool dropout = kExtras && p.dropout_p > 0;
     const uint32_t keep = dropout ? keep_mask_keys<kQTiles>(DropoutStream(p, s, hq), k0 + slab * kMmaRows, i0 + q0, lane)
                                   : ~0u;

@@ -19,6 +19,68 @@
 
 namespace flashattn::gpu::detail {
 
+// This thread's two rows' LSE·log2(e) (+inf where the row saw no key, so its P is 0 without a test,
+// and for rows past the sequence) and D = rowsum(dO∘O) (0 past the sequence).
+__device__ __forceinline__ void load_row_constants(const BackwardParams& p, const SeqInfo& si, int h,
+                                                   const int64_t (&row)[2], float (&lse2)[2], float (&dot)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool ok = row[r] < si.mask.seqlen_q;
+    const float lse = ok ? ld(p.lse + lse_index(p, si, h, row[r])) : -INFINITY;
+    lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+    dot[r] = ok ? ld(p.dot + lse_index(p, si, h, row[r])) : 0.0f;
+  }
+}
+
+// The recomputed score gradients of one key tile for this thread's two rows (S, dP fragments: row
+// row[e / 2], key c0 + 8·nb + 2t + e % 2): acc_dp ← dS = P∘(dP∘Z/(1 − p) − D)·(1 − tanh²) for
+// soft-capping, P = exp(mask(bias + transform(scale·S)) − LSE). kMasked: every element is tested
+// (rows past the sequence, the mask, the block mask's hidden bits); the options' variant tests the
+// mask only in partial tiles, and reads the bias only for elements it shows.
+template <bool kMasked, bool kExtras, int kN, class Bias>
+__device__ __forceinline__ void dq_gradient_tile(const float (&acc_s)[kN][4], float (&acc_dp)[kN][4],
+                                                 const BackwardParams& p, const Mask& m, const ScoreTransform& score,
+                                                 const Bias& bias, const int64_t (&row)[2], int64_t c0,
+                                                 const float (&lse2)[2], const float (&dot)[2], bool partial,
+                                                 uint32_t block_hidden, uint32_t keep, bool dropout, int t) {
+#pragma unroll
+  for (int nb = 0; nb < kN; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
+      float th = 0;
+      bool seen = true;
+      if constexpr (kMasked)
+        seen = ((kExtras && !partial) || (i < m.seqlen_q && m.visible(i, j))) && !((block_hidden >> (4 * nb + e)) & 1u);
+      float pr = 0.0f;
+      if constexpr (kExtras)
+        pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
+      else
+        pr = seen ? exp2_ftz(fmaf(acc_s[nb][e], score.scale2, -lse2[e / 2])) : 0.0f;
+      const bool kept = (keep >> (4 * nb + e)) & 1u;
+      const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
+      float ds = pr * (dp - dot[e / 2]);
+      if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
+      acc_dp[nb][e] = ds;
+    }
+}
+
+// dq = scale·acc_dq rounded to T for this thread's two rows (none past the sequence).
+template <class T, int kDTiles>
+__device__ __forceinline__ void store_dq_rows(const BackwardParams& p, const SeqInfo& si, int h,
+                                              const int64_t (&row)[2], const float (&acc_dq)[kDTiles][4], int t) {
+  T* dq = static_cast<T*>(p.dq.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= si.mask.seqlen_q) continue;
+    T* qrow = dq + p.dq.offset(si.batch, si.q_start + row[r], h);
+#pragma unroll
+    for (int nd = 0; nd < kDTiles; ++nd)
+      st(reinterpret_cast<uint32_t*>(qrow + nd * kMmaCols + 2 * t),
+         Elem<T>::pack(p.scale * acc_dq[nd][2 * r], p.scale * acc_dq[nd][2 * r + 1]));
+  }
+}
+
 // kExtras: the code of the bias, dropout, softcap and ALiBi is compiled in; without it (calls that
 // use none of them: backward_extras) P = exp2(acc·scale·log2 e − LSE·log2 e) is one FFMA and ex2,
 // as in the dK/dV kernel's plain variant. kBlockSparse: the block-mask code (only with kExtras).
@@ -78,13 +140,7 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
   const DropoutStream drop(p, s, h);
   const int64_t row[2] = {r0 + warp * kMmaRows + g, r0 + warp * kMmaRows + g + 8};
   float lse2[2], dot[2];  // LSE in the log2 domain (+inf: the row sees no key, P = 0) and D
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const bool ok = row[r] < m.seqlen_q;
-    const float lse = ok ? ld(p.lse + lse_index(p, si, h, row[r])) : -INFINITY;
-    lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-    dot[r] = ok ? ld(p.dot + lse_index(p, si, h, row[r])) : 0.0f;
-  }
+  load_row_constants(p, si, h, row, lse2, dot);
   float acc_dq[kDTiles][4] = {};
 
   int parity = 0;  // block-sparse variant: the buffer of this visited tile (they alternate)
@@ -128,62 +184,21 @@ __global__ void __launch_bounds__(DqTraits<D, DV>::kThreads) dq_kernel(const Bac
     // The plain variant has two copies of the element loop, chosen once per tile: a partial tile
     // tests every element, a full one none (a row that saw no key has lse2 = +inf: P = 0 without a
     // test). The options' variants keep one (a second spilled: 104 B at d = 128).
-    auto elements = [&](auto masked) {
-#pragma unroll
-      for (int nb = 0; nb < kNTiles; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int64_t i = row[e / 2], j = c0 + nb * kMmaCols + 2 * t + e % 2;
-          float th = 0;
-          bool seen = true;
-          if constexpr (decltype(masked)::value)
-            seen = ((kExtras && !partial) || (i < m.seqlen_q && m.visible(i, j))) &&
-                   !((block_hidden >> (4 * nb + e)) & 1u);
-          float pr = 0.0f;
-          if constexpr (kExtras)
-            pr = seen ? exp2f(score(acc_s[nb][e], i, j, bias(i, j), th) - lse2[e / 2]) : 0.0f;
-          else
-            pr = seen ? exp2_ftz(fmaf(acc_s[nb][e], score.scale2, -lse2[e / 2])) : 0.0f;
-          const bool kept = (keep >> (4 * nb + e)) & 1u;
-          const float dp = dropout ? (kept ? acc_dp[nb][e] * p.dropout_scale : 0.0f) : acc_dp[nb][e];
-          float ds = pr * (dp - dot[e / 2]);
-          if (kExtras && p.softcap > 0) ds *= 1.0f - th * th;
-          acc_dp[nb][e] = ds;
-        }
-    };
     if (kExtras || partial)
-      elements(std::true_type{});
+      dq_gradient_tile<true, kExtras>(acc_s, acc_dp, p, m, score, bias, row, c0, lse2, dot, partial, block_hidden,
+                                      keep, dropout, t);
     else
-      elements(std::false_type{});
+      dq_gradient_tile<false, kExtras>(acc_s, acc_dp, p, m, score, bias, row, c0, lse2, dot, partial, block_hidden,
+                                       keep, dropout, t);
 
     // dQ += dS·K (dS rounded to T; scaled at the end)
-#pragma unroll
-    for (int ks = 0; ks < kNTiles / 2; ++ks) {
-      uint32_t a[4];
-      pack_a<T>(a, acc_dp[2 * ks], acc_dp[2 * ks + 1]);
-#pragma unroll
-      for (int nd = 0; nd < kDTiles; nd += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, tK + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * KL::kStride + nd * kMmaCols +
-                                 8 * (lane / 16));
-        mma<T>(acc_dq[nd], a, b[0], b[1]);
-        mma<T>(acc_dq[nd + 1], a, b[2], b[3]);
-      }
-    }
+    mma_pb_tiles<T, KL::kStride>(reinterpret_cast<float(&)[1][kDTiles][4]>(acc_dq),
+                                 reinterpret_cast<const float(&)[1][kNTiles][4]>(acc_dp), tK, lane);
     __syncthreads();  // the next iteration's copy overwrites this buffer
   }
   cp_async_wait<0>();
 
-  T* dq = static_cast<T*>(p.dq.data);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= m.seqlen_q) continue;
-    T* qrow = dq + p.dq.offset(si.batch, si.q_start + row[r], h);
-#pragma unroll
-    for (int nd = 0; nd < kDTiles; ++nd)
-      st(reinterpret_cast<uint32_t*>(qrow + nd * kMmaCols + 2 * t),
-         Elem<T>::pack(p.scale * acc_dq[nd][2 * r], p.scale * acc_dq[nd][2 * r + 1]));
-  }
+  store_dq_rows<T>(p, si, h, row, acc_dq, t);
 }
 
 // Returns the dq kernel variant of a call: with the block-mask code (and the options') when it has a

@@ -111,6 +111,32 @@ __device__ __forceinline__ void drop_tile(float (&acc_s)[kM][kN][4], const Dropo
   }
 }
 
+// Starts the copies of key tile `tile` (Bc keys from c0 = tile·Bc) of K and V into the shared
+// buffers sK, sV: contiguous rows one stride apart (decided once per tile, not per chunk), or each
+// row's page from the block table (paged calls run the variants with the options' code); with the
+// block-mask code only the rows of listed blocks. Rows past the sequence are zero-filled.
+template <class Tr, int D, int DV, bool kExtras, bool kBlockSparse, class T>
+__device__ __forceinline__ void load_kv_tile(const ForwardParams& p, const SeqInfo& si, int64_t s, int64_t h, int hk,
+                                             int64_t r0, int64_t r1, int tile, T* sK, T* sV, int tid) {
+  constexpr int Bc = Tr::kBc;
+  const Mask& m = si.mask;
+  const T* k = static_cast<const T*>(p.k.data);
+  const T* v = static_cast<const T*>(p.v.data);
+  const int64_t c0 = static_cast<int64_t>(tile) * Bc;
+  const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
+  const uint64_t rows = listed_rows<kBlockSparse, Bc>(p.block_mask, s, h, h + 1, r0, r1, c0);
+  auto load = [&](const auto& k_row, const auto& v_row) {
+    load_listed_rows<kBlockSparse, Bc, D, Tr::kThreads>(sK, k_row, k, valid, rows, tid);
+    load_listed_rows<kBlockSparse, Bc, DV, Tr::kThreads>(sV, v_row, v, valid, rows, tid);
+  };
+  if (!kExtras || !p.block_table)
+    load(StridedRows<T>{k + p.k.offset(si.batch, si.k_start + c0, hk), p.k.stride_seq},
+         StridedRows<T>{v + p.v.offset(si.batch, si.k_start + c0, hk), p.v.stride_seq});
+  else
+    load([&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); },
+         [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); });
+}
+
 // Epilogue of a warp's rows: O = acc / sum (0 for rows that saw no key), times out_scale (1/(1 − p)
 // with dropout, else 1); LSE = ln(sum) + max (−inf for those rows). Split-KV writes both in fp32 to
 // the partials of split `split` instead. This warp holds O columns [ocol0, ocol0 + 8·kO).
@@ -198,30 +224,14 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
   const int slab_row = slab * kM * kMmaRows;  // the slab's first row in the block
 
   const T* q = static_cast<const T*>(p.q.data) + p.q.offset(si.batch, si.q_start + r0, h);
-  const T* k = static_cast<const T*>(p.k.data);
-  const T* v = static_cast<const T*>(p.v.data);
-
   // The split's slice of the window rule's tiles; with a block mask only those classify_tile does
   // not call empty are visited (next_visited), and only the key rows of listed blocks are loaded.
   const BlockMask& bm = p.block_mask;
   const TileRange tiles64 = split_tiles(key_tiles<Bc>(m, r0, r1), split, p.num_splits);
   const int tiles_first = static_cast<int>(tiles64.first), tiles_last = static_cast<int>(tiles64.last);
   auto load_kv = [&](int tile, int buf) {
-    const int64_t c0 = static_cast<int64_t>(tile) * Bc;
-    const int valid = static_cast<int>(m.seqlen_k - c0 < Bc ? m.seqlen_k - c0 : Bc);
-    const uint64_t rows = listed_rows<kBlockSparse, Bc>(bm, s, h, h + 1, r0, r1, c0);
-    auto load = [&](const auto& k_row, const auto& v_row) {
-      load_listed_rows<kBlockSparse, Bc, D, Tr::kThreads>(sK + buf * KL::kElems, k_row, k, valid, rows, tid);
-      load_listed_rows<kBlockSparse, Bc, DV, Tr::kThreads>(sV + buf * VL::kElems, v_row, v, valid, rows, tid);
-    };
-    // Contiguous K/V: the tile's rows are one stride apart (decided once per tile, not per chunk);
-    // paged: each row's page comes from the block table.
-    if (!kExtras || !p.block_table)  // (paged calls run the variants with the options' code)
-      load(StridedRows<T>{k + p.k.offset(si.batch, si.k_start + c0, hk), p.k.stride_seq},
-           StridedRows<T>{v + p.v.offset(si.batch, si.k_start + c0, hk), p.v.stride_seq});
-    else
-      load([&](int r) { return k + key_offset(p, p.k, si, c0 + r, hk); },
-           [&](int r) { return v + key_offset(p, p.v, si, c0 + r, hk); });
+    load_kv_tile<Tr, D, DV, kExtras, kBlockSparse>(p, si, s, h, hk, r0, r1, tile, sK + buf * KL::kElems,
+                                                  sV + buf * VL::kElems, tid);
   };
   load_tile<Br, D, Tr::kThreads>(sQ, q, p.q.stride_seq, static_cast<int>(r1 - r0), tid);
   const int first = static_cast<int>(next_visited<kBlockSparse, Bc>(m, bm, s, h, r0, r1, tiles_first, tiles_last));
@@ -293,24 +303,8 @@ __global__ void __launch_bounds__(ForwardTraits<D, DV, kExtras>::kThreads)
       if (p.dropout_p > 0) drop_tile(acc_s, drop, row_of, c0, lane);
     }
 
-    // O += P·V (P rounded to T, from registers; this warp's O columns; each V fragment feeds kM m-tiles)
-#pragma unroll
-    for (int ks = 0; ks < kNTiles / 2; ++ks) {
-      uint32_t a[kM][4];
-#pragma unroll
-      for (int mt = 0; mt < kM; ++mt) pack_a<T>(a[mt], acc_s[mt][2 * ks], acc_s[mt][2 * ks + 1]);
-#pragma unroll
-      for (int nd = 0; nd < kOTiles; nd += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, tV + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * VL::kStride + ocol0 +
-                                 nd * kMmaCols + 8 * (lane / 16));
-#pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {
-          mma<T>(acc_o[mt][nd], a[mt], b[0], b[1]);
-          mma<T>(acc_o[mt][nd + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
+    // O += P·V (P rounded to T, from registers; this warp's O columns)
+    mma_pb_tiles<T, VL::kStride>(acc_o, acc_s, tV + ocol0, lane);
     __syncthreads();  // the next iteration's copy overwrites this buffer
   }
   cp_async_wait<0>();  // no copy may outlive the block (only the Q copy when no tile was visited)

@@ -165,6 +165,31 @@ __device__ inline void mma_abt_tiles(float (&acc)[M][N / kMmaCols][4], const T* 
   }
 }
 
+// acc[m] += P_m·B for one warp and M stacked 16-row tiles: P_m (16 x kN·8) from registers, the C
+// fragments of an earlier product rounded to T as A fragments (P in the forward's P·V, dS in the dq
+// kernel's dS·K); B its rows from b (row stride kStride; the warp's first output column), read
+// transposed by ldmatrix, each fragment once for the M tiles. acc[m] holds kO 8-column C fragments.
+template <class T, int kStride, int M, int kN, int kO>
+__device__ __forceinline__ void mma_pb_tiles(float (&acc)[M][kO][4], const float (&p)[M][kN][4], const T* b, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < kN / 2; ++ks) {
+    uint32_t a[M][4];
+#pragma unroll
+    for (int mt = 0; mt < M; ++mt) pack_a<T>(a[mt], p[mt][2 * ks], p[mt][2 * ks + 1]);
+#pragma unroll
+    for (int nd = 0; nd < kO; nd += 2) {
+      uint32_t bf[4];
+      ldmatrix_x4_trans(bf, b + (ks * kMmaRows + lane % 8 + 8 * ((lane / 8) % 2)) * kStride + nd * kMmaCols +
+                                8 * (lane / 16));
+#pragma unroll
+      for (int mt = 0; mt < M; ++mt) {
+        mma<T>(acc[mt][nd], a[mt], bf[0], bf[1]);
+        mma<T>(acc[mt][nd + 1], a[mt], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
 // mma_abt_tiles for one 16-row tile: acc += A·Bᵀ, A 16 rows x K, acc as N/8 C fragments.
 template <int K, int N, class T>
 __device__ inline void mma_abt(float (&acc)[N / kMmaCols][4], const T* a, int a_stride, const T* b, int b_stride,
