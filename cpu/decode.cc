@@ -3,8 +3,9 @@
 // hg: query row i of head hg of the group) are scored against each tile of keys while the tile sits
 // in cache, so K and V stream from memory once per call. A tile holds block_k keys of every head of
 // the run, read key by key (a key's heads are adjacent in the cache, so the item reads its memory
-// front to back), widened (16-bit) or copied (f32) into small per-head fp32 tiles: in place, through
-// any row stride or block table, never as a per-head copy.
+// front to back) where it lives — f32 as is, f16/bf16 widened in registers as the dot products and
+// axpys load them — through any row stride or block table; rows whose length is not a whole number
+// of vectors are widened into small zero-padded per-head fp32 tiles first.
 //
 // Layout: keys run along the vector lanes of the scores (row r of s holds the tile's keys), so the
 // online softmax of each row is one pass over its own lanes; the head dim runs along the lanes of
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "decode.h"
 #include "flashattn/problem.hpp"
@@ -115,10 +117,37 @@ class TilePrefetch {
   const char* at_ = nullptr;
 };
 
-// Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad floats,
-// zero-padded), four rows at a time so each key vector is loaded once per four dot products.
-template <class D>
-void TileDots(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT krow, int64_t dpad, int64_t R,
+// Returns the fp32 vector of the elements at p (f32, or bf16 / f16 widened exactly).
+template <class D, class T>
+HWY_INLINE hn::Vec<D> LoadWide(D d, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(d, p);
+  } else {
+    return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
+  }
+}
+
+// Whether the tiles read a cache row of dtype t and n elements where it lives: when n is a whole
+// number of vectors (npad) and this target loads t as fp32 vectors (f32; bf16 everywhere, f16 with
+// F16C, widened exactly in registers). Otherwise from the tile's padded fp32 copy.
+inline bool InPlaceRows(DType t, int64_t n, int64_t npad) {
+  return n == npad && (t == DType::f32 || t == DType::bf16 || (t == DType::f16 && HWY_TARGET <= HWY_AVX2));
+}
+
+// The element type of the rows a tile reads (InPlaceRows: the cache's, else the copy's fp32).
+inline DType TileRowType(DType t, int64_t n, int64_t npad) { return InPlaceRows(t, n, npad) ? t : DType::f32; }
+
+// The tile's row pointers typed as the element type T they point at (TileRowType).
+template <class T>
+const T* const* RowsOf(const void* const* rows) {
+  return reinterpret_cast<const T* const*>(rows);
+}
+
+// Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad
+// elements, read as fp32), four rows at a time so each key vector is loaded once per four dot
+// products.
+template <class D, class TK>
+HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HWY_RESTRICT krow, int64_t dpad, int64_t R,
               int64_t nk, float* HWY_RESTRICT s, int64_t kpad, TilePrefetch& pf) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t r = 0;
@@ -126,10 +155,10 @@ void TileDots(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT
     const float* q0 = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
       pf.Step();
-      const float* k = krow[j];
+      const TK* k = krow[j];
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t x = 0; x < dpad; x += L) {
-        const auto kv = hn::LoadU(d, k + x);
+        const auto kv = LoadWide(d, k + x);
         a0 = hn::MulAdd(hn::Load(d, q0 + x), kv, a0);
         a1 = hn::MulAdd(hn::Load(d, q0 + dpad + x), kv, a1);
         a2 = hn::MulAdd(hn::Load(d, q0 + 2 * dpad + x), kv, a2);
@@ -145,9 +174,9 @@ void TileDots(D d, const float* HWY_RESTRICT q, const float* const* HWY_RESTRICT
     const float* qr = q + r * dpad;
     for (int64_t j = 0; j < nk; ++j) {
       pf.Step();
-      const float* k = krow[j];
+      const TK* k = krow[j];
       auto acc = hn::Zero(d);
-      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), hn::LoadU(d, k + x), acc);
+      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), LoadWide(d, k + x), acc);
       s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, acc));
     }
   }
@@ -286,8 +315,8 @@ float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT 
 // o_r += Σ_j p_r[j] · v_j for keys j in [j0, j1) of the tile, for `n` (1..4) rows starting at r that
 // share the key interval: each value vector is loaded once for the n rows, and four rows run two
 // vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs.
-template <class D>
-void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* const* HWY_RESTRICT vrow, int64_t dvpad,
+template <class D, class TV>
+HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const TV* const* HWY_RESTRICT vrow, int64_t dvpad,
               float* HWY_RESTRICT o, int64_t n, int64_t j0, int64_t j1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   if (n == 4) {
@@ -303,7 +332,7 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* const
       auto a2 = hn::Load(d, o0 + 2 * dvpad), b2 = hn::Load(d, o0 + 2 * dvpad + L);
       auto a3 = hn::Load(d, o0 + 3 * dvpad), b3 = hn::Load(d, o0 + 3 * dvpad + L);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto va = hn::LoadU(d, vrow[j] + x), vb = hn::LoadU(d, vrow[j] + x + L);
+        const auto va = LoadWide(d, vrow[j] + x), vb = LoadWide(d, vrow[j] + x + L);
         const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
         a0 = hn::MulAdd(q0, va, a0);
         b0 = hn::MulAdd(q0, vb, b0);
@@ -327,7 +356,7 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* const
       auto a0 = hn::Load(d, o + x), a1 = hn::Load(d, o + dvpad + x);
       auto a2 = hn::Load(d, o + 2 * dvpad + x), a3 = hn::Load(d, o + 3 * dvpad + x);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto v = hn::LoadU(d, vrow[j] + x);
+        const auto v = LoadWide(d, vrow[j] + x);
         a0 = hn::MulAdd(hn::Set(d, p0[j]), v, a0);
         a1 = hn::MulAdd(hn::Set(d, p1[j]), v, a1);
         a2 = hn::MulAdd(hn::Set(d, p2[j]), v, a2);
@@ -345,7 +374,7 @@ void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const float* const
     float* orow = o + t * dvpad;
     for (int64_t x = 0; x < dvpad; x += L) {
       auto acc = hn::Load(d, orow + x);
-      for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), hn::LoadU(d, vrow[j] + x), acc);
+      for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), LoadWide(d, vrow[j] + x), acc);
       hn::Store(acc, d, orow + x);
     }
   }
@@ -390,33 +419,34 @@ float KeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst
   return MaxSquaredNorm(d, s, n, 1, n);  // the rare non-finite row: MaxSquaredNorm's own rule
 }
 
-// Makes keys [c0, c1) of the item's heads [h0, h0 + nh) readable as fp32 rows of whole vectors:
-// w.krow / w.vrow[t·block_k + j − c0] point at f32 rows of dpad (dvpad) elements where they live in
-// the cache, and at widened (16-bit) or zero-padded copies in the tiles kt / vt otherwise (their pad
-// columns hold the zeros already there). Keys are taken in order and within a key head by head: the
-// order of the usual [B, N, Hk, d] caches and of a page, where each key holds its heads side by side.
-// With `knorm` (f32 keys, adaptive exact scores) each key row's squared norm goes to knorm[t·block_k +
-// j − c0].
+// Makes keys [c0, c1) of the item's heads [h0, h0 + nh) readable as rows of whole vectors:
+// w.krow / w.vrow[t·block_k + j − c0] point at the rows where they live in the cache when
+// TileRowType keeps their dtype, and at widened, zero-padded fp32 copies in the tiles kt / vt
+// otherwise (their pad columns hold the zeros already there). Keys are taken in order and within a
+// key head by head: the order of the usual [B, N, Hk, d] caches and of a page, where each key holds
+// its heads side by side. With `knorm` (f32 keys, adaptive exact scores) each key row's squared norm
+// goes to knorm[t·block_k + j − c0].
 void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t c0, int64_t c1,
               const DecodePlan& dp, DecodeScratch& w, float* knorm) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
-  const bool k_direct = a.k.dtype == DType::f32 && dim == dp.dpad;
-  const bool v_direct = a.v.dtype == DType::f32 && dv == dp.dvpad;
-  const float* kdata = static_cast<const float*>(a.k.data);
-  const float* vdata = static_cast<const float*>(a.v.data);
+  const bool k_direct = InPlaceRows(a.k.dtype, dim, dp.dpad);
+  const bool v_direct = InPlaceRows(a.v.dtype, dv, dp.dvpad);
+  const auto* kdata = static_cast<const char*>(a.k.data);
+  const auto* vdata = static_cast<const char*>(a.v.data);
+  const int64_t ksize = static_cast<int64_t>(dtype_size(a.k.dtype)), vsize = static_cast<int64_t>(dtype_size(a.v.dtype));
   for (int64_t j = c0; j < c1; ++j) {
     const KeyRow at = key_row(a, seq, j);
     for (int64_t t = 0; t < nh; ++t) {
       const int64_t row = t * dp.block_k + j - c0;
       const int64_t off = a.k.offset(at.batch, at.row, h0 + t);
       if (k_direct) {
-        w.krow[row] = kdata + off;
-        if (knorm) knorm[row] = KeyRowNorm<false>(kdata + off, dim, nullptr);
+        w.krow[row] = kdata + off * ksize;
+        if (knorm) knorm[row] = KeyRowNorm<false>(static_cast<const float*>(a.k.data) + off, dim, nullptr);
       } else {
         float* dst = w.kt + row * dp.dpad;
         w.krow[row] = dst;
         if (knorm) {
-          knorm[row] = KeyRowNorm<true>(kdata + off, dim, dst);
+          knorm[row] = KeyRowNorm<true>(static_cast<const float*>(a.k.data) + off, dim, dst);
         } else {
           LoadRow(a.k.data, a.k.dtype, off, dim, dst);
         }
@@ -426,7 +456,7 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       const int64_t row = t * dp.block_k + j - c0;
       const int64_t off = a.v.offset(at.batch, at.row, h0 + t);
       if (v_direct) {
-        w.vrow[row] = vdata + off;
+        w.vrow[row] = vdata + off * vsize;
       } else {
         float* dst = w.vt + row * dp.dvpad;
         w.vrow[row] = dst;
@@ -455,8 +485,8 @@ struct HeadPart {
   int64_t kvh = 0;        // the key/value head
   float* q = nullptr;     // [rows x dpad]
   float* o = nullptr;     // [rows x dvpad]
-  const float* const* krow = nullptr;  // [block_k] its key tile's rows (fp32, dpad readable floats)
-  const float* const* vrow = nullptr;  // [block_k] its value tile's rows (dvpad readable floats)
+  const void* const* krow = nullptr;  // [block_k] its key tile's rows (dpad readable elements, LoadTile)
+  const void* const* vrow = nullptr;  // [block_k] its value tile's rows (dvpad readable elements)
   const float* knorm = nullptr;  // [block_k] its key rows' squared norms (adaptive exact scores)
   float* m = nullptr;     // [rows]
   float* l = nullptr;     // [rows]
@@ -548,10 +578,19 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     const float kmax2 = adaptive ? MaxOf(hp.knorm, nk) : 0.0f;  // LoadTile's norms of the tile's keys
     exact = exact_tile(p, TileScoreBound(ts, hp.qmax2, kmax2, mask.seqlen_q, c1));
   }
-  if (exact) {
-    TileDotsExact(dd, hp.q, hp.krow, dp.dpad, R, nk, w.sd, kpad);
+  if (exact) {  // f32 inputs: the rows are f32
+    TileDotsExact(dd, hp.q, reinterpret_cast<const float* const*>(hp.krow), dp.dpad, R, nk, w.sd, kpad);
   } else {
-    TileDots(d, hp.q, hp.krow, dp.dpad, R, nk, w.s, kpad, pf);
+    switch (TileRowType(a.k.dtype, a.k.dim, dp.dpad)) {
+      case DType::bf16:
+        TileDots(d, hp.q, RowsOf<hwy::bfloat16_t>(hp.krow), dp.dpad, R, nk, w.s, kpad, pf);
+        break;
+      case DType::f16:
+        TileDots(d, hp.q, RowsOf<hwy::float16_t>(hp.krow), dp.dpad, R, nk, w.s, kpad, pf);
+        break;
+      default:
+        TileDots(d, hp.q, RowsOf<float>(hp.krow), dp.dpad, R, nk, w.s, kpad, pf);
+    }
   }
   for (int64_t r = 0; r < R; ++r) {
     const RowInfo& ri = hp.rows.info[r];
@@ -579,12 +618,21 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
       for (int64_t x = 0; x < dp.dvpad; x += L) hn::Store(hn::Mul(hn::Load(d, o + x), av), d, o + x);
     }
   }
+  const DType vt = TileRowType(a.v.dtype, a.v.dim, dp.dvpad);
   for (int64_t r = 0; r < R;) {
     const RowInfo& ri = hp.rows.info[r];
     const int64_t j0 = std::max(ri.kbeg, c0) - c0, j1 = std::min(ri.kend, c1) - c0;
     int64_t n4 = 1;  // rows from r sharing the interval (same query row: same mask)
     while (n4 < 4 && r + n4 < R && hp.rows.info[r + n4].i == ri.i) ++n4;
-    if (j0 < j1) RowsAxpy(d, w.s + r * kpad, kpad, hp.vrow, dp.dvpad, hp.o + r * dp.dvpad, n4, j0, j1);
+    const float* pr = w.s + r * kpad;
+    float* o = hp.o + r * dp.dvpad;
+    if (j0 < j1 && vt == DType::bf16) {
+      RowsAxpy(d, pr, kpad, RowsOf<hwy::bfloat16_t>(hp.vrow), dp.dvpad, o, n4, j0, j1);
+    } else if (j0 < j1 && vt == DType::f16) {
+      RowsAxpy(d, pr, kpad, RowsOf<hwy::float16_t>(hp.vrow), dp.dvpad, o, n4, j0, j1);
+    } else if (j0 < j1) {
+      RowsAxpy(d, pr, kpad, RowsOf<float>(hp.vrow), dp.dvpad, o, n4, j0, j1);
+    }
     r += n4;
   }
 }

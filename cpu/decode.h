@@ -95,8 +95,9 @@ struct DecodeScratch {
   float* o;       // [heads x rows x dvpad] output accumulators
   float* kt;      // [heads x block_k x dpad] the current key tile in fp32, zero-padded
   float* vt;      // [heads x block_k x dvpad] the current value tile
-  const float** krow;  // [heads x block_k] where each key row of the tile is read: kt, or the cache (f32)
-  const float** vrow;  // [heads x block_k] the same for the value rows
+  const void** krow;  // [heads x block_k] where each key row of the tile is read: the cache (rows of
+                      // whole vectors: f32, bf16, f16 widened in registers), or its copy in kt
+  const void** vrow;  // [heads x block_k] the same for the value rows
   float* s;       // [rows x kpad] one head's scores, then P (keys along the lanes)
   double* sd;     // [rows x kpad] raw scores in fp64 (exact scores only, else null)
   float* m;       // [heads x rows] running max
@@ -110,8 +111,8 @@ struct DecodeScratch {
         o(c.take<float>(dp.heads * dp.rows * dp.dvpad, kVectorAlign)),
         kt(c.take<float>(dp.heads * dp.block_k * dp.dpad, kVectorAlign)),
         vt(c.take<float>(dp.heads * dp.block_k * dp.dvpad, kVectorAlign)),
-        krow(c.take<const float*>(dp.heads * dp.block_k, kVectorAlign)),
-        vrow(c.take<const float*>(dp.heads * dp.block_k, kVectorAlign)),
+        krow(c.take<const void*>(dp.heads * dp.block_k, kVectorAlign)),
+        vrow(c.take<const void*>(dp.heads * dp.block_k, kVectorAlign)),
         s(c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign)),
         sd(exact ? c.take<double>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
         m(c.take<float>(dp.heads * dp.rows, kVectorAlign)),
