@@ -66,6 +66,30 @@ int flashattn_gpu_backward(void* q, void* k, void* v, void* out, float* lse, voi
   });
 }
 
+// A decode step over a KV cache (benchmarks/gpu_decode.py): q, out [batch, seqlen_q, heads_q, dim];
+// seqlens_k (device, int32 [batch]) the keys of each sequence. block_table null: k, v are
+// contiguous caches [batch, capacity, heads_k, dim]; else page pools [pages, capacity (the page
+// size), heads_k, dim] and block_table (device, int32 [batch, table_pages]) maps each sequence's
+// pages. num_splits as ForwardArgs (0: chosen from the shape).
+int flashattn_gpu_decode(void* q, void* k, void* v, void* out, int batch, int seqlen_q, int pages_or_batch,
+                         int capacity, int heads_q, int heads_k, int dim, int dtype_code, const int* seqlens_k,
+                         const int* block_table, int table_pages, int num_splits, void* stream) {
+  return guarded([&] {
+    const flashattn::DType t = dtype_from_code(dtype_code);
+    flashattn::ForwardArgs a;
+    a.q = flashattn::bshd(q, t, batch, seqlen_q, heads_q, dim);
+    a.k = flashattn::bshd(k, t, pages_or_batch, capacity, heads_k, dim);
+    a.v = flashattn::bshd(v, t, pages_or_batch, capacity, heads_k, dim);
+    a.out = flashattn::bshd(out, t, batch, seqlen_q, heads_q, dim);
+    a.causal = true;  // bottom-right aligned: the new rows see the cache and each other causally
+    a.seqlens_k = seqlens_k;
+    a.block_table = block_table;
+    a.block_table_pages = block_table ? table_pages : 0;
+    a.num_splits = num_splits;
+    flashattn::gpu::forward(a, static_cast<cudaStream_t>(stream));
+  });
+}
+
 const char* flashattn_gpu_last_error() { return last_error.c_str(); }
 
 }  // extern "C"
