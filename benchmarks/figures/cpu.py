@@ -283,8 +283,8 @@ def cpu_avx2_blocks():
 
 # ---- decode against PyTorch's CPU SDPA (benchmarks/decode_peers.sh) -----------------------------------
 
-DECODE = "benchmarks/results/2026-11-27/decode-peers-zen5-bb73f56"
-DECODE_BEFORE = "benchmarks/results/2026-11-27/decode-peers-zen5-e26e181"
+DECODE = "benchmarks/results/2026-11-27/decode-peers-zen5-bdfe2cb"
+DECODE_BEFORE = "benchmarks/results/2026-11-27/decode-peers-zen5-bb73f56"
 
 
 def decode_rows(rel):
@@ -314,7 +314,8 @@ def cpu_decode_zen5_before():
         parts.append(f"{dt} {span(old, '{:.1f}')} GB/s then, {span(ratios)}x that now")
     first = read(f"{DECODE_BEFORE}/decode.md").splitlines()[0]
     bw = first.split("Read bandwidth ")[1].split(" GB/s")[0]
-    return (f"The same command at e26e181, earlier the same day (read bandwidth {bw} GB/s before its timings): "
+    commit = DECODE_BEFORE.rsplit("-", 1)[1]
+    return (f"The same command at {commit}, earlier the same day (read bandwidth {bw} GB/s before its timings): "
             + "; ".join(parts) + ".")
 
 
@@ -325,8 +326,13 @@ def readme_decode():
     def of(dt, key, fmt):
         return span([r[key] for r in rows if r["dtype"] == dt], fmt)
     bw = read(f"{DECODE}/decode.md").splitlines()[0].split("Read bandwidth ")[1].split(" GB/s")[0]
+    # The host's read bandwidth moves between ~45 and ~90 GB/s: the rates also against the higher
+    # value the earlier run measured.
+    high = read(f"{DECODE_BEFORE}/decode.md").splitlines()[0].split("Read bandwidth ")[1].split(" GB/s")[0]
+    vs_high = span([100 * r["gbps"] / float(high) for r in rows], "{:.0f}")
     return (f"Decode (Nq = 1, Hq = 32, Hk = 8, d = 128, B = 1-8, Nk = 16k-64k, 2 threads) reads K/V at "
             f"{of('f32', 'gbps', '{:.1f}')} GB/s in f32 and {of('bf16', 'gbps', '{:.1f}')} GB/s in bf16, "
-            f"{span([r['pct'] for r in rows], '{:.0f}')} % of the {bw} GB/s read bandwidth the run measured; "
+            f"{span([r['pct'] for r in rows], '{:.0f}')} % of the {bw} GB/s read bandwidth the run measured "
+            f"({vs_high} % of the {high} GB/s this host measured earlier the same day); "
             f"in tokens/s {of('f32', 'vs torch', '{:.1f}')}x (f32) and {of('bf16', 'vs torch', '{:.0f}')}x (bf16) "
             f"PyTorch's CPU SDPA flash kernel on the same shapes.")
