@@ -91,10 +91,10 @@ __device__ __forceinline__ void load_query_step(const BackwardParams& p, const S
 // block starting at i0): acc_s ← Pᵀ∘Z, acc_dp ← dSᵀ = Pᵀ∘(dPᵀ∘Z/(1 − p) − D)·(1 − tanh²) for
 // soft-capping. kMasked: every element is tested against its key's rows [lo, hi) (relative to i0),
 // the rows the forward saw nothing of (lse2 = +inf) and the block mask's hidden bits; else none.
-template <bool kMasked, bool kExtras, int kQTiles>
+template <bool kMasked, bool kExtras, int kQTiles, class Key>
 __device__ __forceinline__ void gradient_tile(float (&acc_s)[kQTiles][4], float (&acc_dp)[kQTiles][4], const BackwardParams& p,
                                      const ScoreTransform& score, const BiasRows& bias, const float* tLse,
-                                     const float* tDot, int64_t i0, const int64_t (&key)[2], const int (&lo)[2],
+                                     const float* tDot, int64_t i0, const Key (&key)[2], const int (&lo)[2],
                                      const int (&hi)[2], uint32_t block_hidden, uint32_t keep, bool dropout, int q0,
                                      int t) {
 #pragma unroll
@@ -217,8 +217,8 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Seq
 
 // Epilogue of a warp's two keys: dK = scale·acc_dk, dV = dv_scale·acc_dv (1/(1 − p) with dropout) in
 // this warp's columns (col0, vcol0); nothing for keys past the sequence's rows.
-template <class T, int kColTiles, int kVColTiles>
-__device__ __forceinline__ void store_key_rows(const BackwardParams& p, const SeqInfo& si, int hk, const int64_t (&key)[2],
+template <class T, int kColTiles, int kVColTiles, class Key>
+__device__ __forceinline__ void store_key_rows(const BackwardParams& p, const SeqInfo& si, int hk, const Key (&key)[2],
                                       float dv_scale, const float (&acc_dk)[kColTiles][4],
                                       const float (&acc_dv)[kVColTiles][4], int col0, int vcol0, int t) {
   T* dk = static_cast<T*>(p.dk.data);
@@ -241,8 +241,8 @@ __device__ __forceinline__ void store_key_rows(const BackwardParams& p, const Se
 
 // In a partial tile, key r of this thread is seen by the query block's rows [lo[r], hi[r])
 // (Mask::row_begin/row_end relative to i0, clamped to the block; rows past the sequence see nothing).
-template <int Br>
-__device__ __forceinline__ void key_row_intervals(const Mask& m, const int64_t (&key)[2], int64_t i0, int (&lo)[2],
+template <int Br, class Key>
+__device__ __forceinline__ void key_row_intervals(const Mask& m, const Key (&key)[2], int64_t i0, int (&lo)[2],
                                                   int (&hi)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -253,9 +253,9 @@ __device__ __forceinline__ void key_row_intervals(const Mask& m, const int64_t (
 
 // Returns the elements of this thread's Sᵀ fragments the block mask hides (a bit each: 4·nb + e) in a
 // tile it leaves partial, and sets `partial` to whether it does; 0 and false without kBlockSparse.
-template <bool kBlockSparse, int kQTiles, int Bc>
+template <bool kBlockSparse, int kQTiles, int Bc, class Key>
 __device__ __forceinline__ uint32_t block_tile_bits(const Mask& m, const BlockMask& bm, int s, int hq, int64_t i0,
-                                                    int64_t i1, int64_t k0, const int64_t (&key)[2], int q0, int t,
+                                                    int64_t i1, int64_t k0, const Key (&key)[2], int q0, int t,
                                                     bool& partial) {
   if constexpr (kBlockSparse) {
     partial = block_kind<kBlockSparse>(bm, s, hq, i0, i1, k0, k0 + Bc) != TileKind::full;
@@ -380,7 +380,11 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   cp_async_commit();
 
   float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
-  const int64_t key[2] = {k0 + slab * kMmaRows + g, k0 + slab * kMmaRows + g + 8};  // this thread's keys
+  // This thread's keys: 32-bit in the 8-warp kernels (d = 96/128; a sequence has fewer than 2^31
+  // keys), whose whole-d dK/dV accumulators leave no room for 64-bit ones (they spilled 16 B at
+  // d = 128); elsewhere 64-bit kept fewer instructions and registers.
+  using Key = std::conditional_t<Tr::kWide, int, int64_t>;
+  const Key key[2] = {static_cast<Key>(k0 + slab * kMmaRows + g), static_cast<Key>(k0 + slab * kMmaRows + g + 8)};
 
   int buf = 0;  // the buffer of this step's Q, dO, LSE and D (they alternate)
   for (QueryStep step = first, next; !steps.done(step); step = kBlockSparse ? next : steps.advance(step), buf ^= 1) {
