@@ -20,17 +20,18 @@ Usage: gpu_decode.py --lib build/gpu/libflashattn_gpu_capi.so [--quick] [--markd
 import argparse
 import ctypes
 import datetime
-import statistics
 import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from sdpa_compare import sdpa_backends, time_ms  # CUDA-event timing and the SDPA backends, shared
+
 try:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-except ImportError:  # PyTorch < 2.3
-    SDPBackend = None
+    from torch.nn.attention import sdpa_kernel
+except ImportError:  # PyTorch < 2.3: sdpa_backends() then offers only the default
+    sdpa_kernel = None
 
 HQ, HK, D = 32, 8, 128
 DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
@@ -42,21 +43,6 @@ def load(lib_path):
     lib.flashattn_gpu_decode.argtypes = [p, p, p, p] + [i] * 8 + [p, p, i, i, p]
     lib.flashattn_gpu_last_error.restype = ctypes.c_char_p
     return lib
-
-
-def time_ms(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times), min(times)
 
 
 def copy_gbs(gib, reps):
@@ -87,13 +73,6 @@ class Decode:
                                            *self.dims, self.seqlens.data_ptr(), tp, self.table_pages, 0, s)
         if rc != 0:
             raise RuntimeError(self.lib.flashattn_gpu_last_error().decode())
-
-
-def sdpa_backends():
-    if SDPBackend is None:
-        return {"sdpa-default": None}
-    return {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
-            "torch-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
 def sdpa_step(backend, q, k, v):
