@@ -117,22 +117,10 @@ class TilePrefetch {
   const char* at_ = nullptr;
 };
 
-// Returns the fp32 vector of the elements at p (f32, or bf16 / f16 widened exactly).
-template <class D, class T>
-HWY_INLINE hn::Vec<D> LoadWide(D d, const T* HWY_RESTRICT p) {
-  if constexpr (std::is_same_v<T, float>) {
-    return hn::LoadU(d, p);
-  } else {
-    return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
-  }
-}
-
 // Whether the tiles read a cache row of dtype t and n elements where it lives: when n is a whole
-// number of vectors (npad) and this target loads t as fp32 vectors (f32; bf16 everywhere, f16 with
-// F16C, widened exactly in registers). Otherwise from the tile's padded fp32 copy.
-inline bool InPlaceRows(DType t, int64_t n, int64_t npad) {
-  return n == npad && (t == DType::f32 || t == DType::bf16 || (t == DType::f16 && HWY_TARGET <= HWY_AVX2));
-}
+// number of vectors (npad) and this target loads t as fp32 vectors (widen-inl.h WidensInVectors;
+// LoadWide widens in registers). Otherwise from the tile's padded fp32 copy.
+inline bool InPlaceRows(DType t, int64_t n, int64_t npad) { return n == npad && WidensInVectors(t); }
 
 // The element type of the rows a tile reads (InPlaceRows: the cache's, else the copy's fp32).
 inline DType TileRowType(DType t, int64_t n, int64_t npad) { return InPlaceRows(t, n, npad) ? t : DType::f32; }
@@ -433,6 +421,7 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
   const bool v_direct = InPlaceRows(a.v.dtype, dv, dp.dvpad);
   const auto* kdata = static_cast<const char*>(a.k.data);
   const auto* vdata = static_cast<const char*>(a.v.data);
+  const float* kf32 = static_cast<const float*>(a.k.data);  // the keys of adaptive exact scores (f32)
   const int64_t ksize = static_cast<int64_t>(dtype_size(a.k.dtype)), vsize = static_cast<int64_t>(dtype_size(a.v.dtype));
   for (int64_t j = c0; j < c1; ++j) {
     const KeyRow at = key_row(a, seq, j);
@@ -441,12 +430,12 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       const int64_t off = a.k.offset(at.batch, at.row, h0 + t);
       if (k_direct) {
         w.krow[row] = kdata + off * ksize;
-        if (knorm) knorm[row] = KeyRowNorm<false>(static_cast<const float*>(a.k.data) + off, dim, nullptr);
+        if (knorm) knorm[row] = KeyRowNorm<false>(kf32 + off, dim, nullptr);
       } else {
         float* dst = w.kt + row * dp.dpad;
         w.krow[row] = dst;
         if (knorm) {
-          knorm[row] = KeyRowNorm<true>(static_cast<const float*>(a.k.data) + off, dim, dst);
+          knorm[row] = KeyRowNorm<true>(kf32 + off, dim, dst);
         } else {
           LoadRow(a.k.data, a.k.dtype, off, dim, dst);
         }
@@ -579,7 +568,7 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     exact = exact_tile(p, TileScoreBound(ts, hp.qmax2, kmax2, mask.seqlen_q, c1));
   }
   if (exact) {  // f32 inputs: the rows are f32
-    TileDotsExact(dd, hp.q, reinterpret_cast<const float* const*>(hp.krow), dp.dpad, R, nk, w.sd, kpad);
+    TileDotsExact(dd, hp.q, RowsOf<float>(hp.krow), dp.dpad, R, nk, w.sd, kpad);
   } else {
     switch (TileRowType(a.k.dtype, a.k.dim, dp.dpad)) {
       case DType::bf16:
