@@ -303,8 +303,13 @@ void mutate(ByteReader& r, FuzzCase& c) {
       const Buffer& b = c.buffers[other];
       if (op == 0) a.lse = nullptr;
       if (op == 1 && c.buffers[kLse].size >= 2) a.lse = reinterpret_cast<float*>(c.buffers[kLse].begin() + 1 + r.pick(2));
-      if (op == 2) a.lse = reinterpret_cast<float*>(b.begin() + (b.size ? r.take<uint16_t>() % (b.size + 1) : 0));
+      const size_t off = op == 2 && b.size ? r.take<uint16_t>() % (b.size + 1) : 0;
+      if (op == 2) a.lse = reinterpret_cast<float*>(b.begin() + off);
+      // lse inside another input: the forward run before a backward case writes lse there, so that
+      // input's bytes become log-sum-exps read as its own dtype (Inf and NaN included).
+      if (op == 2 && other != kLse) c.tame = false;
       tr += " | lse op " + std::to_string(op);
+      if (op == 2) tr += " (buffer" + std::to_string(other) + "+" + std::to_string(off) + ")";
       break;
     }
     case 5: a.scale = hostile_f32(r); c.tame = false; tr += " | scale=" + std::to_string(*a.scale); break;
