@@ -33,10 +33,11 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_block_mask.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_schedules.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_softmax.cpp
-                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp)
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/sm90_emu.cpp)
   target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
   # The checks' own tests compile small kernels as the emulator does.
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp PROPERTIES
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp ${CMAKE_CURRENT_LIST_DIR}/gpu/sm90_emu.cpp PROPERTIES
                               COMPILE_DEFINITIONS FLASHATTN_GPU_EMULATE INCLUDE_DIRECTORIES "${CUDAToolkit_INCLUDE_DIRS}")
   target_compile_options(flashattn_props_gpu_emu PRIVATE -Wall -Wextra)
   # Three entries, so that ctest -j runs them side by side: the shared properties (every registered
@@ -44,13 +45,17 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
   # ("gpu-emulated …": inference, bias/dropout, schedules, tile edges, multi-tile pipelines) and the
   # block-sparse cases (gpu/props_emu_block_mask.cpp, fixed cases). A mutant's kill regex names the
   # first two together: ^flashattn_props_gpu_emu(_cases)?$.
-  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated*")
+  add_test(NAME flashattn_props_gpu_emu COMMAND flashattn_props_gpu_emu "--test-case-exclude=gpu-emulated*,sm90*")
   set_tests_properties(flashattn_props_gpu_emu PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25;FLASHATTN_EMU_SCHEDULES=3")
   add_test(NAME flashattn_props_gpu_emu_cases COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated*"
            "--test-case-exclude=gpu-emulated block-sparse:*")
   set_tests_properties(flashattn_props_gpu_emu_cases PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_PROPS_CASES=25;FLASHATTN_EMU_SCHEDULES=3")
   add_test(NAME flashattn_props_gpu_emu_block_mask COMMAND flashattn_props_gpu_emu "--test-case=gpu-emulated block-sparse:*")
   set_tests_properties(flashattn_props_gpu_emu_block_mask PROPERTIES LABELS "props;gpu;emu" ENVIRONMENT "FLASHATTN_EMU_SCHEDULES=2")
+  # The sm_90a primitives (gpu/sm90.cuh) under the emulator's model of the async proxy: a TMA +
+  # mbarrier + wgmma pipeline against a host product, and each hazard class planted.
+  add_test(NAME flashattn_gpu_sm90_emu COMMAND flashattn_props_gpu_emu "--test-case=sm90*")
+  set_tests_properties(flashattn_gpu_sm90_emu PROPERTIES LABELS "unit;gpu;emu")
   # The oracle properties again with the emulator rounding as the hardware may (FLASHATTN_EMU_NUMERICS=
   # hardware: mma.sync sums truncated toward zero, ex2.approx up to 2 ulp off; docs/gpu.md,
   # "Numerics"): the tolerance must hold there too, not only for correctly rounded arithmetic.
@@ -69,6 +74,14 @@ if(TARGET flashattn::gpu AND TARGET flashattn_gpu_traits)
            COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gpu-budgets
                    --library $<TARGET_FILE:flashattn_gpu> --traits $<TARGET_FILE:flashattn_gpu_traits>)
   set_tests_properties(flashattn_gpu_budgets PROPERTIES LABELS "gpu;static" TIMEOUT 600)
+endif()
+
+# gpu/sm90_wgmma.inc is what gpu/tools/gen_wgmma.py writes (the wgmma asm statements are generated).
+if(TARGET flashattn::gpu)
+  find_package(Python3 COMPONENTS Interpreter REQUIRED)
+  add_test(NAME flashattn_gpu_wgmma_generated
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/gpu/tools/gen_wgmma.py --check)
+  set_tests_properties(flashattn_gpu_wgmma_generated PROPERTIES LABELS "gpu;static")
 endif()
 
 # The performance model (scripts/gpu-model): docs/gpu.md holds the tables it generates from

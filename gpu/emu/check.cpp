@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "emu/async.hpp"
 #include "emu/emu.hpp"
 
 namespace emu {
@@ -169,6 +170,7 @@ void absorb_plain(size_t off, size_t n, bool at_barrier) {
       b.w_site = b.w_ctx = 0;
       st.known[i] = mem[i];
     }
+    detail::async_generic_write(pair, 2, kPlain, 0);
   }
 }
 
@@ -176,6 +178,7 @@ void absorb_plain(size_t off, size_t n, bool at_barrier) {
 void write_bytes(size_t off, size_t n, int16_t tid, uint16_t site, uint16_t ctx, const char* what) {
   State& st = state();
   absorb_plain(off, n, false);
+  detail::async_generic_write(off, n, tid, site);
   for (size_t i = off; i < off + n; ++i) {
     Byte& b = st.shadow[i];
     auto me = [&] { return std::string(what) + " by " + point(tid, site, ctx); };
@@ -206,6 +209,7 @@ void smem_read(const void* p, int bytes, int align, const char* what, Site site)
   const auto tid = static_cast<int16_t>(detail::current_thread());
   const uint16_t s = intern(site), ctx = me().ctx;
   absorb_plain(off, bytes, false);
+  detail::async_generic_read(off, static_cast<size_t>(bytes), tid, what, site);
   for (size_t i = off; i < off + bytes; ++i) {
     Byte& b = st.shadow[i];
     auto mine = [&] { return std::string("a read (") + what + ") by " + point(tid, s, ctx); };
@@ -357,6 +361,32 @@ void helper_read(const void* p, size_t bytes) {
   global_access(p, bytes, "a read of a device array by a flashattn/ helper", Site{"read_element", 0});
 }
 
+std::string site_name(Site s) { return where(intern(s)); }
+uint16_t site_id(Site s) { return intern(s); }
+std::string site_name(uint16_t id) { return id ? where(id) : std::string("?"); }
+const char* kernel_running() { return state().kernel; }
+size_t smem_size() { return static_cast<size_t>(state().smem); }
+
+size_t shared_offset(const void* p, size_t bytes, int align, const char* what, Site site) {
+  return offset_of(p, static_cast<int>(bytes), align, what, site);
+}
+
+void shared_write_async(size_t off, const unsigned char* data, size_t n, bool landed) {
+  State& st = state();
+  std::memcpy(flashattn::gpu::detail::smem_raw + off, data, n);
+  std::memcpy(&st.known[off], data, n);
+  if (landed)
+    for (size_t i = off; i < off + n; ++i) st.shadow[i].written = true;
+}
+
+size_t first_unwritten(size_t off, size_t n) {
+  const State& st = state();
+  absorb_plain(off, n, false);
+  for (size_t i = off; i < off + n; ++i)
+    if (!st.shadow[i].written) return i;
+  return SIZE_MAX;
+}
+
 void block_begin(int threads, int smem, const char* kernel) {
   State& st = state();
   st.smem = smem;
@@ -366,6 +396,7 @@ void block_begin(int threads, int smem, const char* kernel) {
   st.uninit.clear();
   std::fill(st.shadow.begin(), st.shadow.begin() + smem, Byte{});
   std::memcpy(st.known.data(), flashattn::gpu::detail::smem_raw, smem);
+  async_block_begin(threads, smem);
 }
 
 void barrier_done() {
@@ -379,13 +410,14 @@ void barrier_done() {
   for (const auto& u : st.uninit)
     if (!st.shadow[u.first].written || st.shadow[u.first].w_epoch == st.epoch) fail(u.second);
   st.uninit.clear();
-
+  async_block_barrier();
   ++st.epoch;
 }
 
 void block_end() {
   State& st = state();
   barrier_done();  // the block's end closes its last epoch: plain stores after wrapper reads race too
+  async_block_end();
   for (size_t tid = 0; tid < st.threads.size(); ++tid) {
     const Thread& t = st.threads[tid];
     size_t n = t.open.size();

@@ -4,6 +4,7 @@
 // Which runnable fiber runs next is the block's schedule (Policy); a check that fails inside a
 // fiber jumps back to the scheduler, which abandons the block and throws.
 #include "emu.hpp"
+#include "emu/async.hpp"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -44,8 +45,9 @@ struct Fiber {
 // What the scheduler reads of each fiber, kept apart from the (large) Fiber so that scanning for a
 // runnable fiber touches few cache lines.
 struct Wait {
-  const Barrier* barrier = nullptr;  // the barrier it waits at (runnable once its generation moves)
-  unsigned generation = 0;
+  const unsigned* counter = nullptr;  // what it waits on (a barrier's generation, an mbarrier's phase):
+  unsigned generation = 0;            // runnable once *counter differs from this
+  const void* object = nullptr;       // an mbarrier (for the deadlock report), or null
   bool done = false;
 };
 
@@ -70,7 +72,9 @@ struct Block {
   std::string error;  // set by a failed check inside a fiber
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
+  std::vector<Barrier> warpgroup_barriers;
   std::vector<WarpExchange> exchanges;
+  std::vector<WarpgroupExchange> warpgroup_exchanges;
   const std::function<void()>* body = nullptr;
   Policy policy = Policy::round_robin;
   std::vector<int> warp_rank;       // warp_priority: the warps in a random order
@@ -99,6 +103,18 @@ void yield() {
   if (_setjmp(running->fibers[running->current].resume) == 0) _longjmp(running->scheduler, 1);
 }
 
+// Blocks the running fiber until *counter != seen.
+void wait_change(const unsigned* counter, unsigned seen, const void* object) {
+  Wait& w = running->waits[running->current];
+  w.counter = counter;
+  w.generation = seen;
+  w.object = object;
+  while (*counter == seen) yield();
+  Wait& after = running->waits[running->current];
+  after.counter = nullptr;
+  after.object = nullptr;
+}
+
 void wait(Barrier& b) {
   const unsigned g = b.generation;
   if (++b.arrived == b.count) {
@@ -107,14 +123,10 @@ void wait(Barrier& b) {
     ++b.generation;
     return;
   }
-  Wait& w = running->waits[running->current];
-  w.barrier = &b;
-  w.generation = g;
-  while (b.generation == g) yield();
-  running->waits[running->current].barrier = nullptr;
+  wait_change(&b.generation, g, nullptr);
 }
 
-bool runnable(const Wait& w) { return !w.done && (w.barrier == nullptr || w.barrier->generation != w.generation); }
+bool runnable(const Wait& w) { return !w.done && (w.counter == nullptr || *w.counter != w.generation); }
 
 // Returns the first runnable fiber of order[start], order[start + 1], ... (cyclically), or -1.
 int first_runnable(const Block& b, const std::vector<int>& order, int start) {
@@ -180,6 +192,17 @@ void sync_block(Site site) {
 }
 void sync_warp() { wait(running->warp_barriers[running->current / 32]); }
 WarpExchange& warp_exchange() { return running->exchanges[running->current / 32]; }
+void sync_warpgroup() {
+  const size_t g = static_cast<size_t>(running->current / 128);
+  if (g >= running->warpgroup_barriers.size())
+    detail::fail("emu: thread " + std::to_string(running->current) +
+                 " calls a warpgroup primitive in a block whose thread count is not a multiple of 128");
+  wait(running->warpgroup_barriers[g]);
+}
+WarpgroupExchange& warpgroup_exchange() { return running->warpgroup_exchanges[running->current / 128]; }
+void wait_until_changed(const unsigned* counter, unsigned seen, const void* object) {
+  wait_change(counter, seen, object);
+}
 int lane() { return running->current % 32; }
 unsigned char* shared_memory() { return flashattn::gpu::detail::smem_raw; }
 
@@ -193,6 +216,9 @@ void run_block(int threads, const std::function<void()>& body) {
   b.warp_barriers.resize(threads / 32);
   for (Barrier& w : b.warp_barriers) w.count = 32;
   b.exchanges.resize(threads / 32);
+  b.warpgroup_barriers.resize(threads / 128);
+  for (Barrier& w : b.warpgroup_barriers) w.count = 128;
+  b.warpgroup_exchanges.resize(threads / 128);
   const uint64_t block = uint64_t{block_idx.x} << 40 ^ uint64_t{block_idx.y} << 20 ^ block_idx.z;
   const uint64_t h = mix(mix(mix(schedule_seed) ^ launch_number) ^ block);
   b.policy = static_cast<Policy>(h % kPolicies);
@@ -210,7 +236,11 @@ void run_block(int threads, const std::function<void()>& body) {
   running = &b;
   for (int i = 0; i < threads; ++i) init_fiber(b.fibers[i], i);
   for (;;) {
-    const int next = pick(b);
+    // Asynchronous copies (TMA) land when every thread waits, or at random switches of the random
+    // policy: as late as the hardware may, or earlier.
+    if (b.policy == Policy::random && b.rng() % 4 == 0) detail::async_progress();
+    int next = pick(b);
+    while (next < 0 && detail::async_progress()) next = pick(b);
     if (next < 0) break;
     resume(b, next);
     b.in_fiber = false;
@@ -218,10 +248,17 @@ void run_block(int threads, const std::function<void()>& body) {
   }
   running = nullptr;
   if (!b.error.empty()) throw std::logic_error(b.error);
-  for (const Fiber& f : b.fibers)
-    if (!f.done)
-      throw std::logic_error("emu: deadlock: thread " + std::to_string(f.idx.x) +
-                             " waits at a barrier that the other threads never reach");
+  // A deadlock: the first blocked thread of each distinct wait (barrier or mbarrier), in thread order.
+  std::string report;
+  std::vector<const unsigned*> seen;
+  for (size_t i = 0; i < b.fibers.size(); ++i) {
+    const Wait& w = b.waits[i];
+    if (b.fibers[i].done || std::find(seen.begin(), seen.end(), w.counter) != seen.end()) continue;
+    seen.push_back(w.counter);
+    report += (report.empty() ? "emu: deadlock: thread " : "; thread ") + std::to_string(i) + " waits " +
+              (w.object ? detail::describe_async_wait(w.object) : "at a barrier that the other threads never reach");
+  }
+  if (!report.empty()) throw std::logic_error(report);
 }
 
 void set_schedule_seed(uint64_t seed) {

@@ -72,6 +72,20 @@ struct WarpExchange {
 WarpExchange& warp_exchange();
 int lane();
 
+// Barrier of the running fiber's warpgroup (4 warps, 128 threads: the wgmma and setmaxnreg
+// collectives), and its exchange area.
+void sync_warpgroup();
+struct WarpgroupExchange {
+  void* ptr[128];
+  const void* cptr[128];
+  uint64_t word[128][3];
+};
+WarpgroupExchange& warpgroup_exchange();
+
+// Blocks the running fiber until *counter != seen (an mbarrier's phase); `object` names what it
+// waits on in a deadlock report (async.hpp: describe_async_wait).
+void wait_until_changed(const unsigned* counter, unsigned seen, const void* object);
+
 // Runs body as `threads` fibers sharing the current block index; returns when all have finished.
 void run_block(int threads, const std::function<void()>& body);
 
