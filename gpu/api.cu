@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -239,10 +240,11 @@ class CudaLauncher {
   explicit CudaLauncher(cudaStream_t stream) : stream_(stream) {}
 
   Buffer buffer(size_t bytes, const char* /*name*/) const { return Buffer(bytes, stream_); }
-  const int32_t* upload(Buffer& b, const std::vector<int32_t>& values) const {
-    check_cuda(cudaMemcpyAsync(b.bytes(), values.data(), sizeof(int32_t) * values.size(), cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync (lengths after the append)");
-    return static_cast<const int32_t*>(b.bytes());
+  template <class E>
+  const E* upload(Buffer& b, const std::vector<E>& values) const {
+    check_cuda(cudaMemcpyAsync(b.bytes(), values.data(), sizeof(E) * values.size(), cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync (host values for the kernels)");
+    return static_cast<const E*>(b.bytes());
   }
   void zero(float* p, size_t count) const {
     check_cuda(cudaMemsetAsync(p, 0, sizeof(float) * count, stream_), "cudaMemsetAsync (dq_accum)");
@@ -267,6 +269,21 @@ class CudaLauncher {
   template <int D, int DV, class T>
   void forward(const ForwardParams& p, int64_t max_q) const {
     launch_forward<D, DV, T>(p, max_q, stream_);
+  }
+  // The sm_90a kernels run on an sm_90 device when FLASHATTN_GPU_SM90=1 (opt-in until a GPU run has
+  // verified them; docs/gpu.md, "sm_90a forward").
+  bool sm90() const {
+    const char* opt = std::getenv("FLASHATTN_GPU_SM90");
+    if (!opt || std::string(opt) != "1") return false;
+    int device = 0, major = 0, minor = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+    return major == 9 && minor == 0;
+  }
+  template <int D, class T>
+  void forward_sm90(const Sm90ForwardParams& p, int64_t max_q) const {
+    launch_forward_sm90<D, T>(p, max_q, stream_);
   }
   template <class T>
   void combine(const ForwardParams& p, int64_t max_q) const {

@@ -12,6 +12,7 @@
 #include "flashattn/problem.hpp"
 #include "append.cuh"
 #include "params.cuh"
+#include "sm90_tensor_map.hpp"
 #include "traits.cuh"
 
 namespace flashattn::gpu::detail {
@@ -172,6 +173,89 @@ inline void set_partials(ForwardParams& p, const AttentionArgs& a, int splits, f
   p.part_rows = a.q.batch * a.q.heads * a.q.seq;
   p.o_part = scratch;
   p.lse_part = scratch + static_cast<size_t>(splits) * static_cast<size_t>(p.part_rows) * static_cast<size_t>(a.v.dim);
+}
+
+// ---- The sm_90a forward (forward_sm90_kernel.cuh) ---------------------------------------------------
+
+// The TMA map of a [batch, seq, heads, dim] view of 16-bit elements: dimensions (dim, seq, heads,
+// batch), boxes of 64 columns x `rows` rows x 1 x 1, 128-byte swizzle. A dimension of size 1 takes
+// any stride: 16 bytes where the view's is not one TMA accepts.
+inline sm90::TensorMapSpec sm90_view_map(const ConstTensor& t, uint32_t rows) {
+  sm90::TensorMapSpec s;
+  s.global = t.data;
+  s.rank = 4;
+  const int64_t dims[4] = {t.dim, t.seq, t.heads, t.batch}, strides[4] = {1, t.stride_seq, t.stride_head, t.stride_batch};
+  for (int i = 0; i < 4; ++i) {
+    s.dims[i] = static_cast<uint64_t>(dims[i]);
+    const int64_t bytes = 2 * strides[i];
+    s.strides[i] = dims[i] == 1 && (bytes <= 0 || bytes % 16 != 0) ? 16 : static_cast<uint64_t>(bytes);
+  }
+  s.box[0] = 64, s.box[1] = rows, s.box[2] = 1, s.box[3] = 1;
+  s.swizzle = sm90::Swizzle::b128;
+  return s;
+}
+
+// Returns whether a call's sequences have their own extents (varlen, key lengths): the sm_90a
+// forward then reads each through maps of its own rows.
+inline bool sm90_per_sequence(const AttentionArgs& a) { return a.cu_seqlens_q || a.seqlens_k; }
+
+// Returns the specs of the per-sequence maps of a call (sm90_per_sequence; empty otherwise):
+// [sequence][q, k, v], each over the sequence's rows alone (its visible keys for k and v) from
+// `a`'s pointers, the lengths read from `host`'s arrays. An empty sequence gets one row (never read).
+inline std::vector<sm90::TensorMapSpec> sm90_sequence_specs(const AttentionArgs& a, const AttentionArgs& host) {
+  std::vector<sm90::TensorMapSpec> specs;
+  if (!sm90_per_sequence(a)) return specs;
+  const int64_t nseq = num_sequences(host);
+  auto rows_of = [](const ConstTensor& t, int64_t batch, int64_t first, int64_t count) {
+    ConstTensor r = t;
+    r.data = static_cast<const unsigned char*>(t.data) + 2 * (batch * t.stride_batch + first * t.stride_seq);
+    r.batch = 1;
+    r.seq = count > 0 ? count : 1;
+    return r;
+  };
+  for (int64_t s = 0; s < nseq; ++s) {
+    const Sequence seq = sequence(host, s);
+    specs.push_back(sm90_view_map(rows_of(a.q, seq.batch, seq.q_start, seq.mask.seqlen_q), 128));
+    specs.push_back(sm90_view_map(rows_of(a.k, seq.batch, seq.k_start, seq.mask.seqlen_k), 128));
+    specs.push_back(sm90_view_map(rows_of(a.v, seq.batch, seq.k_start, seq.mask.seqlen_k), 128));
+  }
+  return specs;
+}
+
+// Returns whether the sm_90a forward takes a validated call (`a`: the pointers its kernel reads,
+// `host`: the same call with host-readable arrays): head dims d = dv = 64 or 128, no paging (rows
+// past a sequence are then outside the tensor or its own map, which TMA reads as zeros), no bias,
+// dropout, block mask or keep-mask output, not split (num_splits 0 or 1), and q, k, v views (each
+// sequence's, with varlen or key lengths) that TMA can map.
+inline bool sm90_forward_supported(const ForwardArgs& a, const ForwardArgs& host) {
+  const bool dims = a.q.dim == a.v.dim && (a.q.dim == 64 || a.q.dim == 128);
+  const bool options = !a.block_table && !has_bias(a) && a.dropout_p == 0 && !a.block_mask.used() &&
+                       !a.dropout_mask && a.num_splits <= 1 && !a.append.used();
+  if (!dims || !options) return false;
+  std::vector<sm90::TensorMapSpec> specs = sm90_sequence_specs(a, host);
+  for (const ConstTensor* t : {&a.q, &a.k, &a.v}) specs.push_back(sm90_view_map(*t, 128));
+  for (const sm90::TensorMapSpec& s : specs)
+    if (!sm90::tensor_map_problem(s).empty()) return false;
+  return true;
+}
+
+// Returns the per-sequence maps of a supported call (empty when it needs none).
+inline std::vector<CUtensorMap> sm90_sequence_maps(const AttentionArgs& a, const AttentionArgs& host) {
+  const std::vector<sm90::TensorMapSpec> specs = sm90_sequence_specs(a, host);
+  std::vector<CUtensorMap> maps(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) sm90::encode_tensor_map(&maps[i], specs[i]);
+  return maps;
+}
+
+// Returns the sm_90a forward's parameters of a supported call: p (filled, unsplit) and the maps.
+inline Sm90ForwardParams sm90_forward_params(const ForwardParams& p, const ForwardArgs& a) {
+  Sm90ForwardParams sp;
+  sp.p = p;
+  sp.p.num_splits = 1;
+  sm90::encode_tensor_map(&sp.q_map, sm90_view_map(a.q, 128));
+  sm90::encode_tensor_map(&sp.k_map, sm90_view_map(a.k, 128));
+  sm90::encode_tensor_map(&sp.v_map, sm90_view_map(a.v, 128));
+  return sp;
 }
 
 // Returns the element count of the D scratch (laid out like lse) and of the fp32 dQ accumulator.

@@ -16,6 +16,11 @@ namespace flashattn::gpu::detail {
 template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
+// Runs the sm_90a forward kernel (forward_sm90_kernel.cuh) over every (query block, query head,
+// sequence) of a call sm90_forward_supported takes; D = DV = 64 or 128 (gpu/forward_sm90.cu).
+template <int D, class T>
+void launch_forward_sm90(const Sm90ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
+
 // Runs the dK/dV kernel over every (key block, key head, sequence); when p.dq_accum is set it also
 // accumulates dS·K into it with fp32 atomics (launch_dq_convert applies the scale).
 template <int D, int DV, class T>

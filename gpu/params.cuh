@@ -2,6 +2,8 @@
 // kernel reads on the device, mirroring flashattn/problem.hpp's host-side sequence().
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <cfloat>
 #include <cstdint>
 
@@ -82,6 +84,16 @@ struct ForwardParams : CommonParams {
   float* lse_part = nullptr;
   uint8_t* dropout_mask = nullptr;  // keep bits [B·Hq·q_seq][mask_row_bytes] or null
   int64_t mask_row_bytes = 0;
+};
+
+// The parameters of the sm_90a forward kernel (forward_sm90_kernel.cuh): the forward's and the TMA
+// tensor maps of q, k and v (4-D: dim, seq, head, batch; boxes of 64 columns, 128-byte swizzle).
+struct Sm90ForwardParams {
+  ForwardParams p;
+  CUtensorMap q_map, k_map, v_map;
+  // When sequences have their own extents (varlen, key lengths): maps [sequence][q, k, v] over each
+  // sequence's rows alone (dimensions dim, rows, head, 1); null: the three above.
+  const CUtensorMap* seq_maps = nullptr;
 };
 
 // The backward adds the forward's output and LSE and dO (inputs), the gradients and fp32 scratch.

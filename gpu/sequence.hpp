@@ -8,8 +8,8 @@
 //   L::Buffer                       scratch of a byte count, freed with the object; get() (float*),
 //                                   bytes() (void*), null for 0 bytes
 //   Buffer buffer(size_t bytes, const char* name)   (name: for diagnostics)
-//   const int32_t* upload(Buffer&, const std::vector<int32_t>&)   host values into the buffer,
-//                                   returned as the pointer the kernels read
+//   const E* upload(Buffer&, const std::vector<E>&)   host values into the buffer, returned as
+//                                   the pointer the kernels read (E: int32_t, CUtensorMap)
 //   void zero(float*, size_t count)
 //   void check_backward(const BackwardParams&)   limits of the backward's grids (throws before
 //                                   anything is launched)
@@ -18,6 +18,7 @@
 //   by_dtype(dtype, f)              f(Tag<T>) for the 16-bit element type
 //   append<T>(AppendParams, batch, heads_k, heads_q, q_rows), dropout_mask(ForwardParams, max_q),
 //   forward<D, DV, T>(ForwardParams, max_q), combine<T>(ForwardParams, max_q),
+//   bool sm90() (the sm_90a kernels are to be used), forward_sm90<D, T>(Sm90ForwardParams, max_q),
 //   dot<T>(BackwardParams, max_q), dsinks(BackwardParams), dbias<T>(BackwardParams),
 //   backward<D, DV, T>(BackwardParams, max_k_rows), dq<D, DV, T>(BackwardParams, max_q),
 //   dq_convert<T>(BackwardParams, max_q)    one launch each, over the kernel's grid
@@ -44,7 +45,8 @@ struct Tag {
 //   1. with an append: the new K/V rows into the caches and the rotated queries into scratch;
 //   2. the dropout keep mask (when asked for);
 //   3. the forward kernel over (query block × split, query head, sequence), then, when the keys
-//      are split, the combine of the partials.
+//      are split, the combine of the partials; or, where the launcher says sm90() and the call is
+//      one the sm_90a forward takes (sm90_forward_supported), that kernel, unsplit.
 template <class L>
 void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
   const KvAppend& ap = a.append;
@@ -74,6 +76,18 @@ void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
   l.template dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;
+    if constexpr (D == DV && (D == 64 || D == 128)) {
+      if (l.sm90() && sm90_forward_supported(call, call_host)) {
+        Sm90ForwardParams sp = sm90_forward_params(p, call);
+        // Sequences with their own extents (varlen, key lengths) get a map each, so that TMA reads
+        // zeros past every sequence's end.
+        const std::vector<CUtensorMap> maps = sm90_sequence_maps(call, call_host);
+        typename L::Buffer map_buffer = l.buffer(sizeof(CUtensorMap) * maps.size(), "tensor maps");
+        if (!maps.empty()) sp.seq_maps = l.upload(map_buffer, maps);
+        l.template forward_sm90<D, T>(sp, e.max_q);
+        return;
+      }
+    }
     const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
     const int splits = split_count(call, e, shape.br, shape.bc);
     typename L::Buffer partials = l.buffer(sizeof(float) * partial_count(call, splits), "split-KV partials");

@@ -34,6 +34,7 @@ if(TARGET flashattn_gpu_emu AND TARGET flashattn_props)
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_schedules.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_softmax.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/emu_checks.cpp
+                                         ${CMAKE_CURRENT_LIST_DIR}/gpu/props_emu_sm90.cpp
                                          ${CMAKE_CURRENT_LIST_DIR}/gpu/sm90_emu.cpp)
   target_link_libraries(flashattn_props_gpu_emu PRIVATE flashattn_props flashattn_gpu_emu)
   # The checks' own tests compile small kernels as the emulator does.

@@ -34,6 +34,8 @@
 #undef __launch_bounds__
 #undef __shared__
 #undef __forceinline__
+#undef __grid_constant__
+#define __grid_constant__
 #define __global__
 #define __device__
 #define __host__

@@ -15,12 +15,16 @@
 #include "flashattn/problem.hpp"
 #include "flashattn/validate.hpp"
 #include "forward_kernel.cuh"
+#include "forward_sm90_kernel.cuh"
 #include "host_params.hpp"
 #include "rowwise.cuh"
 #include "sequence.hpp"
 #include "variants.inc"
 
 namespace flashattn::gpu_emu {
+
+int64_t sm90_forward_calls = 0;
+
 namespace {
 
 using namespace flashattn::gpu::detail;
@@ -63,11 +67,13 @@ emu::Dim3 grid(int64_t x, int64_t y, int64_t z) {
 class EmuLauncher {
  public:
   using Buffer = Scratch;
+  explicit EmuLauncher(bool sm90 = false) : sm90_(sm90) {}
 
   Buffer buffer(size_t bytes, const char* name) const { return Buffer(bytes, name); }
-  const int32_t* upload(Buffer& b, const std::vector<int32_t>& values) const {
-    if (!values.empty()) std::memcpy(b.bytes(), values.data(), sizeof(int32_t) * values.size());
-    return static_cast<const int32_t*>(b.bytes());
+  template <class E>
+  const E* upload(Buffer& b, const std::vector<E>& values) const {
+    if (!values.empty()) std::memcpy(b.bytes(), values.data(), sizeof(E) * values.size());
+    return static_cast<const E*>(b.bytes());
   }
   void zero(float* p, size_t count) const { std::memset(p, 0, sizeof(float) * count); }
   void check_backward(const BackwardParams&) const {}  // no grid limits on the host
@@ -108,6 +114,14 @@ class EmuLauncher {
     emu::launch(forward_variant<D, DV, T>(p), grid(ceil_div(max_q, shape.br) * p.num_splits, p.heads_q, p.num_sequences),
                 kThreadsPerBlock, shape.smem, p);
   }
+  bool sm90() const { return sm90_; }
+  template <int D, class T>
+  void forward_sm90(const Sm90ForwardParams& p, int64_t max_q) const {
+    using Tr = Sm90ForwardTraits<D>;
+    ++sm90_forward_calls;
+    emu::launch(forward_sm90_variant<D, T>(p.p), grid(ceil_div(max_q, Tr::kBr), p.p.heads_q, p.p.num_sequences),
+                Tr::kThreads, Tr::kSmemBytes, p);
+  }
   template <class T>
   void combine(const ForwardParams& p, int64_t max_q) const {
     emu::launch(combine_kernel<T>, rows(p, max_q), kThreadsPerBlock, 0, p);
@@ -146,6 +160,7 @@ class EmuLauncher {
   static emu::Dim3 rows(const P& p, int64_t max_q) {
     return grid(ceil_div(max_q, kRowsPerBlock), p.heads_q, p.num_sequences);
   }
+  bool sm90_ = false;
 };
 
 }  // namespace
@@ -159,13 +174,18 @@ std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward) {
   return "gpu: head dims d = " + std::to_string(d) + ", dv = " + std::to_string(dv) + " are not supported";
 }
 
-void forward(const ForwardArgs& a) {
+namespace {
+void forward_with(const ForwardArgs& a, bool sm90) {
   validate(a);
   const int64_t dv = a.append.used() ? a.append.v_cache.dim : a.v.dim;
   if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty()) return;
-  EmuLauncher launcher;
+  EmuLauncher launcher(sm90);
   forward_sequence(launcher, a, a);
 }
+}  // namespace
+
+void forward(const ForwardArgs& a) { forward_with(a, false); }
+void forward_on_sm90(const ForwardArgs& a) { forward_with(a, true); }
 
 void backward(const BackwardArgs& a, bool deterministic) {
   validate(a);

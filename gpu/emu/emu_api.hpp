@@ -11,6 +11,11 @@ namespace flashattn::gpu_emu {
 // As flashattn::gpu::forward, on host pointers (every variant of the table, compiled on the GPU
 // side or not). Does nothing for an unsupported call (check unsupported() first).
 void forward(const ForwardArgs& a);
+// The same as on an sm_90 device with the sm_90a kernels enabled: the calls they take run them.
+void forward_on_sm90(const ForwardArgs& a);
+
+// How many launches of the sm_90a forward the emulator has made (for tests that must reach it).
+extern int64_t sm90_forward_calls;
 
 // As flashattn::gpu::backward, on host pointers.
 void backward(const BackwardArgs& a, bool deterministic);

@@ -123,8 +123,8 @@ void run_copied(const Args& a, const std::function<void(const Args&)>& run) {
 void in_gpu_layout(const ForwardArgs& a, const std::function<void(const ForwardArgs&)>& run) { run_copied(a, run); }
 void in_gpu_layout(const BackwardArgs& a, const std::function<void(const BackwardArgs&)>& run) { run_copied(a, run); }
 
-void forward_in_gpu_layout(const ForwardArgs& a) {
-  in_gpu_layout(a, [](const ForwardArgs& call) { forward(call); });
+void forward_in_gpu_layout(const ForwardArgs& a, bool sm90) {
+  in_gpu_layout(a, [sm90](const ForwardArgs& call) { sm90 ? forward_on_sm90(call) : forward(call); });
 }
 void backward_in_gpu_layout(const BackwardArgs& a, bool deterministic) {
   in_gpu_layout(a, [&](const BackwardArgs& call) { backward(call, deterministic); });

@@ -17,7 +17,7 @@ void in_gpu_layout(const ForwardArgs& a, const std::function<void(const ForwardA
 void in_gpu_layout(const BackwardArgs& a, const std::function<void(const BackwardArgs&)>& run);
 
 // One emulated call (gpu_emu::forward / backward) in the GPU layout.
-void forward_in_gpu_layout(const ForwardArgs& a);
+void forward_in_gpu_layout(const ForwardArgs& a, bool sm90 = false);
 void backward_in_gpu_layout(const BackwardArgs& a, bool deterministic);
 
 }  // namespace flashattn::gpu_emu

@@ -1,0 +1,176 @@
+// The sm_90a forward kernel (sm90.cuh's primitives): one CTA of three warpgroups per (query block of
+// 128 rows, query head, sequence). Warpgroup 2 is the producer: one thread loads the Q tile and then
+// each K/V tile by TMA into a two-stage ring, each stage on its `full` mbarrier once the consumers
+// released it on `empty`. Warpgroups 0 and 1 are the consumers, 64 query rows each: S = Q·Kᵀ by
+// wgmma from shared memory (both operands K-major), the mask, score options and online softmax of
+// the mma.sync kernel (forward_kernel.cuh: the accumulator layout of a warp's 16 rows is the same,
+// so its score_tile / OnlineSoftmax / store_forward_rows run unchanged), then O += P·V by wgmma with P
+// from registers and V MN-major. The calls it takes (sm90_forward_supported, host_params.hpp): f16
+// or bf16, d = dv = 64 or 128, batched (no varlen, key lengths, paging, bias, dropout, block mask or
+// split-KV): rows past a sequence's end are then outside the tensors, which TMA fills with zeros.
+#pragma once
+
+#include <cuda.h>
+
+#include "forward_kernel.cuh"
+#include "params.cuh"
+#include "sm90.cuh"
+#include "softmax.cuh"
+
+namespace flashattn::gpu::detail {
+
+// The tiles of the sm_90a forward: kBr query rows (two consumer warpgroups of 64), kBc keys per
+// stage, 16-bit elements in boxes of 64 columns (one 128-byte swizzle row each).
+template <int D>
+struct Sm90ForwardTraits {
+  static_assert(D == 64 || D == 128, "the sm_90a forward has head dims 64 and 128");
+  static constexpr int kBr = 128, kBc = 128, kStages = 2, kThreads = 384, kBoxCols = 64;
+  static constexpr int kBoxes = D / kBoxCols;                     // boxes across a row
+  static constexpr uint32_t kQBytes = kBr * D * 2, kKvBytes = kBc * D * 2;
+  static constexpr uint32_t kBoxBytesQ = kBr * kBoxCols * 2, kBoxBytesKv = kBc * kBoxCols * 2;
+  // Q, then K and V per stage, then the barriers; +1024 for aligning the base to the swizzle pattern.
+  static constexpr uint32_t kBarOffset = kQBytes + 2 * kStages * kKvBytes;
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 64 + 1024);
+};
+
+template <int D, class T, bool kExtras>
+__global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_constant__ Sm90ForwardParams P) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FLASHATTN_GPU_EMULATE)
+  namespace x = sm90;
+  using Tr = Sm90ForwardTraits<D>;
+  constexpr int Br = Tr::kBr, Bc = Tr::kBc, kNTiles = Bc / kMmaCols, kOTiles = D / kMmaCols;
+  const ForwardParams& p = P.p;
+  const int64_t s = blockIdx.z, h = blockIdx.y;
+  const SeqInfo si = sequence_info(p, s);
+  const Mask& m = si.mask;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * Br;
+  if (r0 >= m.seqlen_q) return;
+  const int64_t r1 = r0 + Br < m.seqlen_q ? r0 + Br : m.seqlen_q;
+  const int hk = static_cast<int>(kv_head(h, p.heads_q, p.heads_k));
+  const TileRange tiles = key_tiles<Bc>(m, r0, r1), full = full_tiles<Br, Bc>(m, r0, r1);
+  const int first = static_cast<int>(tiles.first), last = static_cast<int>(tiles.last);
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* base = smem_raw + ((1024 - x::smem_addr(smem_raw) % 1024) % 1024);
+  unsigned char* sQ = base;
+  auto sK = [&](int st) { return base + Tr::kQBytes + st * 2 * Tr::kKvBytes; };
+  auto sV = [&](int st) { return sK(st) + Tr::kKvBytes; };
+  auto* q_full = reinterpret_cast<uint64_t*>(base + Tr::kBarOffset);
+  uint64_t* full_bar = q_full + 1;
+  uint64_t* empty_bar = full_bar + Tr::kStages;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  if (tid == 0) {
+    x::mbarrier_init(q_full, 1);
+    for (int st = 0; st < Tr::kStages; ++st) {
+      x::mbarrier_init(&full_bar[st], 1);
+      x::mbarrier_init(&empty_bar[st], 256);
+    }
+    x::mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 2) {  // the producer
+    x::setmaxnreg_dec<24>();
+    if (tid != 256) return;
+    // The whole tensor's maps (row coordinates from the sequence's start), or the sequence's own.
+    const bool own = P.seq_maps != nullptr;
+    const CUtensorMap* q_map = own ? P.seq_maps + 3 * s : &P.q_map;
+    const CUtensorMap* k_map = own ? P.seq_maps + 3 * s + 1 : &P.k_map;
+    const CUtensorMap* v_map = own ? P.seq_maps + 3 * s + 2 : &P.v_map;
+    const int32_t batch = own ? 0 : static_cast<int32_t>(si.batch), qh = static_cast<int32_t>(h);
+    const int64_t q_first = own ? 0 : si.q_start, k_first = own ? 0 : si.k_start;
+    x::mbarrier_arrive_expect_tx(q_full, Tr::kQBytes);
+    for (int b = 0; b < Tr::kBoxes; ++b)
+      x::tma_load_4d(sQ + b * Tr::kBoxBytesQ, q_map, q_full, b * Tr::kBoxCols, static_cast<int32_t>(q_first + r0), qh,
+                     batch);
+    for (int tile = first, i = 0; tile < last; ++tile, ++i) {
+      const int st = i % Tr::kStages, round = i / Tr::kStages;
+      x::mbarrier_wait(&empty_bar[st], (round & 1) ^ 1);
+      x::mbarrier_arrive_expect_tx(&full_bar[st], 2 * Tr::kKvBytes);
+      const int32_t row = static_cast<int32_t>(k_first + static_cast<int64_t>(tile) * Bc);
+      for (int b = 0; b < Tr::kBoxes; ++b) {
+        x::tma_load_4d(sK(st) + b * Tr::kBoxBytesKv, k_map, &full_bar[st], b * Tr::kBoxCols, row, hk, batch);
+        x::tma_load_4d(sV(st) + b * Tr::kBoxBytesKv, v_map, &full_bar[st], b * Tr::kBoxCols, row, hk, batch);
+      }
+    }
+    return;
+  }
+
+  x::setmaxnreg_inc<240>();
+  const int lane = tid % kWarpSize, warp = tid % 128 / kWarpSize, g = lane / 4, t = lane % 4;
+  const int row0 = wg * 64 + warp * kMmaRows;  // this warp's first row in the block
+  auto row_of = [&](int, int r) { return r0 + row0 + g + 8 * r; };
+  const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
+  const float scale2 = kExtras ? 1.0f : score.scale2;
+  const BiasRows bias(p, s, h);
+  const bool sink = p.sinks != nullptr;
+  OnlineSoftmax<1> sm;
+  sm.start(sink, sink ? ld(p.sinks + h) * kLog2e : -INFINITY, t);
+  float acc_o[1][kOTiles][4] = {};
+  float(&o)[D / 2] = reinterpret_cast<float(&)[D / 2]>(acc_o);
+  // This warpgroup's 64 rows of each Q box: 8-row groups 1024 bytes apart from row wg * 64.
+  const uint32_t q_at = x::smem_addr(sQ) + static_cast<uint32_t>(wg) * 64 * 128;
+  x::mbarrier_wait(q_full, 0);
+
+  for (int tile = first, i = 0; tile < last; ++tile, ++i) {
+    const int st = i % Tr::kStages, round = i / Tr::kStages;
+    x::mbarrier_wait(&full_bar[st], round & 1);
+    const uint32_t k_at = x::smem_addr(sK(st)), v_at = x::smem_addr(sV(st));
+    const int64_t c0 = static_cast<int64_t>(tile) * Bc;
+
+    // S = Q·Kᵀ: D/16 steps of K = 16, two per 32 bytes of a box row.
+    float acc_s[1][kNTiles][4];
+    float(&sc)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(acc_s);
+    x::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+      const uint32_t at = 32u * (j % 4);
+      x::wgmma_ss<T, Bc, false, false>(sc, x::k_major_desc(q_at + (j / 4) * Tr::kBoxBytesQ + at, x::Swizzle::b128),
+                                      x::k_major_desc(k_at + (j / 4) * Tr::kBoxBytesKv + at, x::Swizzle::b128), j > 0);
+    }
+    x::wgmma_commit();
+    x::wgmma_wait<0>();  // S complete before the element loop reads it
+    x::wgmma_fence_operand(sc);
+
+    // The mma.sync kernel's element loop and online softmax on this warp's 16 rows.
+    const bool partial = tile < full.first || tile >= full.last;
+    float tile_max[1][2];
+    if (partial)
+      score_tile<true, kExtras, false>(acc_s, tile_max, m, p.block_mask, s, h, c0, false, score, bias, row_of, t);
+    else
+      score_tile<false, kExtras, false>(acc_s, tile_max, m, p.block_mask, s, h, c0, false, score, bias, row_of, t);
+    float alpha[1][2], base2[1][2];
+    const bool changed = sm.template rescale<kExtras>(tile_max, scale2, alpha, base2);
+    x::wgmma_fence_operand(o);
+    if (__any_sync(0xffffffffu, changed)) scale_rows(acc_o, alpha);
+    sm.exponentiate(acc_s, scale2, base2);
+
+    // O += P·V: Bc/16 steps, P's 16 columns of each as the A fragment (all rounded before the first
+    // wgmma reads any: registers written between them make ptxas serialise the wgmmas), V rows 16
+    // keys x D columns (MN-major: runs of 64 columns a box apart).
+    uint32_t pa[Bc / 16][4];
+#pragma unroll
+    for (int j = 0; j < Bc / 16; ++j) pack_a<T>(pa[j], acc_s[0][2 * j], acc_s[0][2 * j + 1]);
+    x::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < Bc / 16; ++j)
+      x::wgmma_rs<T, D, true>(o, pa[j], x::mn_major_desc(v_at + 16u * 128u * j, x::Swizzle::b128, Tr::kBoxBytesKv),
+                              true);
+    x::wgmma_commit();
+    x::wgmma_wait<0>();
+    x::wgmma_fence_operand(o);
+    x::mbarrier_arrive(&empty_bar[st]);
+  }
+
+  store_forward_rows<D, T>(p, si, h, 0, 1.0f, sm, acc_o, row_of, 0, t);
+#endif
+}
+
+// Returns the sm_90a forward variant of a supported call (sm90_forward_supported).
+template <int D, class T>
+auto forward_sm90_variant(const ForwardParams& p) {
+  return forward_extras(p) ? forward_sm90_kernel<D, T, true> : forward_sm90_kernel<D, T, false>;
+}
+
+}  // namespace flashattn::gpu::detail
