@@ -46,8 +46,26 @@ struct TmaLoad {
   uint16_t site = 0;
 };
 
+// The accumulators of an in-flight wgmma hold this signalling NaN: arithmetic on it gives a quiet
+// NaN (other bits), so at retirement a register that is not these bits was written in flight.
+constexpr uint32_t kInFlight = 0x7FA5A5A5u;
+
+float in_flight_value() {
+  float f;
+  std::memcpy(&f, &kInFlight, 4);
+  return f;
+}
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
 struct WgmmaOp {
   std::array<float*, 128> d{};
+  std::array<const uint32_t*, 128> a{};            // RS: each thread's A registers
+  std::vector<std::array<uint32_t, 4>> a_values;   // RS: their values at issue
   int regs = 0;                // N/2 accumulators per thread
   std::vector<float> result;   // [thread][reg]
   std::vector<size_t> reads;   // shared offsets (2 bytes each) of its operands
@@ -281,15 +299,39 @@ void issue_wgmma(const Wgmma& w, Site site) {
       s.reader_site[i] = op.site;
     }
   op.reads = std::move(reads);
+  if (w.a_in_registers) {
+    op.a_values.resize(128);
+    for (int r = 0; r < 128; ++r) {
+      op.a[r] = static_cast<const uint32_t*>(x.cptr[r]);
+      std::copy(op.a[r], op.a[r] + 4, op.a_values[r].begin());
+    }
+  }
   for (int r = 0; r < 128; ++r)
-    for (int i = 0; i < op.regs; ++i) op.d[r][i] = std::nanf("");
+    for (int i = 0; i < op.regs; ++i) op.d[r][i] = in_flight_value();
   g.open.push_back(std::move(op));
 }
 
-void retire(WgmmaOp& op) {
+// Retires op: fails if a thread wrote its accumulators or its A registers while it was in flight
+// (the hardware reads and writes them asynchronously until wgmma_wait), then writes its results
+// when `write` (not when a younger wgmma on the same registers is still to retire: they stay in
+// flight).
+void retire(WgmmaOp& op, bool write, Site site) {
   State& s = state();
-  for (int r = 0; r < 128; ++r)
-    std::copy(op.result.begin() + r * op.regs, op.result.begin() + (r + 1) * op.regs, op.d[r]);
+  const std::string head = block_text() + "wgmma at " + detail::site_name(op.site) + " retired at " +
+                           detail::site_name(site) + ": ";
+  for (int r = 0; r < 128; ++r) {
+    for (int i = 0; i < op.regs; ++i)
+      if (bits_of(op.d[r][i]) != kInFlight)
+        detail::fail(head + "accumulator register " + std::to_string(i) + " of thread " + std::to_string(r) +
+                     " of its warpgroup was written while the wgmma was in flight");
+    if (!op.a_values.empty() && !std::equal(op.a_values[r].begin(), op.a_values[r].end(), op.a[r]))
+      detail::fail(head + "an A register of thread " + std::to_string(r) +
+                   " of its warpgroup changed while the wgmma was in flight (ptxas would serialise the "
+                   "wgmmas around such a write: C7519)");
+  }
+  if (write)
+    for (int r = 0; r < 128; ++r)
+      std::copy(op.result.begin() + r * op.regs, op.result.begin() + (r + 1) * op.regs, op.d[r]);
   for (size_t off : op.reads)
     for (size_t i = off; i < off + 2; ++i) --s.readers[i];
 }
@@ -440,12 +482,21 @@ void wgmma_commit(Site) {
   });
 }
 
-void wgmma_wait(int n, Site) {
-  warpgroup_collective([n] {
+void wgmma_wait(int n, Site site) {
+  warpgroup_collective([n, site] {
     Warpgroup& g = state().groups[static_cast<size_t>(detail::current_thread() / 128)];
     while (static_cast<int>(g.groups.size()) > n) {
-      for (WgmmaOp& op : g.groups.front()) retire(op);
+      std::vector<WgmmaOp> front = std::move(g.groups.front());
       g.groups.pop_front();
+      auto same = [](const float* d) { return [d](const WgmmaOp& o) { return o.d[0] == d; }; };
+      for (size_t k = 0; k < front.size(); ++k) {
+        // A younger wgmma on the same registers, in this group or one still pending, keeps them.
+        const float* d = front[k].d[0];
+        bool younger = std::any_of(front.begin() + static_cast<std::ptrdiff_t>(k) + 1, front.end(), same(d)) ||
+                       std::any_of(g.open.begin(), g.open.end(), same(d));
+        for (const auto& pending : g.groups) younger = younger || std::any_of(pending.begin(), pending.end(), same(d));
+        retire(front[k], !younger, site);
+      }
     }
   });
 }

@@ -19,9 +19,10 @@
 //   wgmma      each call gathers the warpgroup's operands (descriptors decoded, checked for base
 //              offset 0, pattern alignment and bounds; the shared bytes read must be landed, written
 //              and not written by ordinary stores since the writer's last fence.proxy.async),
-//              computes D at issue and poisons the accumulators (NaN) until a wait_group retires
-//              its group; a write to shared bytes an in-flight wgmma reads is an error, as is a
-//              block ending with groups never waited for.
+//              computes D at issue and poisons the accumulators (a signalling NaN) until a
+//              wait_group retires its group; accumulators written or A registers changed while in
+//              flight, a write to shared bytes an in-flight wgmma reads and a block ending with
+//              groups never waited for are errors.
 #pragma once
 
 #include <cstddef>

@@ -31,7 +31,7 @@ using flashattn::gpu::detail::st;
 using T = __nv_bfloat16;
 
 enum class Bug { none, no_wgmma_wait, shallow_wgmma_wait, wrong_parity, short_expect_tx, missing_arrive,
-                 no_release_wait, swizzle_mismatch, store_to_operand, bad_maxnreg };
+                 no_release_wait, swizzle_mismatch, store_to_operand, bad_maxnreg, a_changed_in_flight };
 
 constexpr int kM = 64, kTileK = 64, kStages = 2;
 
@@ -89,16 +89,19 @@ void gemm(const GemmParams p) {
     sm90::mbarrier_wait(&full[s], p.bug == Bug::wrong_parity ? (round & 1) ^ 1 : round & 1);
     unsigned char* stage = smem_raw + s * kStage;
     const uint32_t a_at = sm90::smem_addr(stage), b_at = sm90::smem_addr(stage + kA);
+    // A from registers: every step's fragment loaded before the first wgmma (they are read in flight).
+    uint32_t a[kTileK / 16][4];
+    if (kRS)
+      for (int j = 0; j < kTileK / 16; ++j)
+        for (int i = 0; i < 4; ++i) {
+          const int row = 16 * warp + g + 8 * (i % 2), col = kTileK * kt + 16 * j + 2 * t + 8 * (i / 2);
+          a[j][i] = ld(reinterpret_cast<const uint32_t*>(p.a + row * kTileK * p.k_tiles + col));
+        }
     sm90::wgmma_fence();
     for (int j = 0; j < kTileK / 16; ++j) {
       const bool acc = kt > 0 || j > 0;
       if (kRS) {
-        uint32_t a[4];
-        for (int i = 0; i < 4; ++i) {
-          const int row = 16 * warp + g + 8 * (i % 2), col = kTileK * kt + 16 * j + 2 * t + 8 * (i / 2);
-          a[i] = ld(reinterpret_cast<const uint32_t*>(p.a + row * kTileK * p.k_tiles + col));
-        }
-        sm90::wgmma_rs<T, N, true>(d, a, sm90::mn_major_desc(b_at + 2048 * j, sm90::Swizzle::b128, 8192), acc);
+        sm90::wgmma_rs<T, N, true>(d, a[j], sm90::mn_major_desc(b_at + 2048 * j, sm90::Swizzle::b128, 8192), acc);
       } else {
         const sm90::Swizzle sa = p.bug == Bug::swizzle_mismatch ? sm90::Swizzle::b64 : sm90::Swizzle::b128;
         sm90::wgmma_ss<T, N, false, false>(d, sm90::k_major_desc(a_at + 32 * j, sa),
@@ -106,6 +109,7 @@ void gemm(const GemmParams p) {
       }
     }
     if (p.bug == Bug::store_to_operand && kt == 0 && tid == 0) st(reinterpret_cast<uint16_t*>(stage + kA), uint16_t{0});
+    if (kRS && p.bug == Bug::a_changed_in_flight && tid == 7) a[0][1] ^= 1u;  // read by the hardware until the wait
     sm90::wgmma_commit();
     if (p.bug == Bug::shallow_wgmma_wait)
       sm90::wgmma_wait<1>();
@@ -280,6 +284,8 @@ TEST_CASE("sm90 pipeline: each planted hazard is reported or corrupts the produc
     CHECK(contains(arrive, "127 of 128 arrivals"));
     CHECK(contains(run_gemm<64, false>(Bug::store_to_operand, 4, seed).error, "operand of the in-flight wgmma"));
     CHECK(contains(run_gemm<64, false>(Bug::bad_maxnreg, 1, seed).error, "ask for different counts"));
+    CHECK(contains(run_gemm<128, true>(Bug::a_changed_in_flight, 1, seed).error,
+                   "an A register of thread 7 of its warpgroup changed while the wgmma was in flight"));
     const Outcome swz = run_gemm<64, false>(Bug::swizzle_mismatch, 1, seed);
     CHECK(swz.error == "");
     CHECK(swz.max_err > 0.1);
@@ -386,7 +392,7 @@ TEST_CASE("sm90 wgmma: every swizzle mode, K-major and MN-major A and B, N from 
 
 // Every thread of a warpgroup stores part of A (64 x 16) and B (64 x 16, K-major, 128-byte swizzle)
 // with ordinary stores, then the warpgroup multiplies them: the stores need a fence.proxy.async.
-enum class StoreBug { none, no_fence, b_unfenced, b_unwritten, read_before_wait };
+enum class StoreBug { none, no_fence, b_unfenced, b_unwritten, read_before_wait, accumulator_written };
 struct StoreParams {
   const uint16_t* a;  // [64][16]
   const uint16_t* b;  // [64][16]
@@ -411,6 +417,7 @@ void stored_operands(const StoreParams p) {
   sm90::wgmma_fence();
   sm90::wgmma_ss<T, 64, false, false>(d, sm90::k_major_desc(sm90::smem_addr(smem_raw), sm90::Swizzle::b128),
                                       sm90::k_major_desc(sm90::smem_addr(smem_raw + 8192), sm90::Swizzle::b128), false);
+  if (p.bug == StoreBug::accumulator_written) d[3] = 0.0f;  // while the wgmma still writes it
   sm90::wgmma_commit();
   if (p.bug != StoreBug::read_before_wait) sm90::wgmma_wait<0>();
   const int warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
@@ -455,6 +462,8 @@ TEST_CASE("sm90 wgmma from ordinary stores: correct after fence.proxy.async, rep
     const Outcome early = run_stored(StoreBug::read_before_wait, seed);
     CHECK(early.error == "");
     CHECK(std::isinf(early.max_err));
+    CHECK(contains(run_stored(StoreBug::accumulator_written, seed).error,
+                   "accumulator register 3 of thread 0 of its warpgroup was written while the wgmma was in flight"));
   }
 }
 
