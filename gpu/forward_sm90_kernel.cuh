@@ -113,54 +113,87 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_const
   const uint32_t q_at = x::smem_addr(sQ) + static_cast<uint32_t>(wg) * 64 * 128;
   x::mbarrier_wait(q_full, 0);
 
-  for (int tile = first, i = 0; tile < last; ++tile, ++i) {
-    const int st = i % Tr::kStages, round = i / Tr::kStages;
-    x::mbarrier_wait(&full_bar[st], round & 1);
-    const uint32_t k_at = x::smem_addr(sK(st)), v_at = x::smem_addr(sV(st));
-    const int64_t c0 = static_cast<int64_t>(tile) * Bc;
-
-    // S = Q·Kᵀ: D/16 steps of K = 16, two per 32 bytes of a box row.
-    float acc_s[1][kNTiles][4];
-    float(&sc)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(acc_s);
+  // S = Q·Kᵀ of the key tile in ring slot i into acc, once it landed: D/16 wgmma of K = 16, two
+  // per 32 bytes of a box row; committed as one group. The fence comes after the barrier wait (a
+  // fence before it makes ptxas add another: registers are written in between, C7519) and also
+  // orders the P fragments and O for a P·V issued right after.
+  auto issue_s = [&](float (&acc)[Bc / 2], int i) {
+    const int st = i % Tr::kStages;
+    x::mbarrier_wait(&full_bar[st], (i / Tr::kStages) & 1);
+    const uint32_t k_at = x::smem_addr(sK(st));
     x::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < D / 16; ++j) {
       const uint32_t at = 32u * (j % 4);
-      x::wgmma_ss<T, Bc, false, false>(sc, x::k_major_desc(q_at + (j / 4) * Tr::kBoxBytesQ + at, x::Swizzle::b128),
+      x::wgmma_ss<T, Bc, false, false>(acc, x::k_major_desc(q_at + (j / 4) * Tr::kBoxBytesQ + at, x::Swizzle::b128),
                                       x::k_major_desc(k_at + (j / 4) * Tr::kBoxBytesKv + at, x::Swizzle::b128), j > 0);
     }
     x::wgmma_commit();
-    x::wgmma_wait<0>();  // S complete before the element loop reads it
-    x::wgmma_fence_operand(sc);
-
-    // The mma.sync kernel's element loop and online softmax on this warp's 16 rows.
-    const bool partial = tile < full.first || tile >= full.last;
-    float tile_max[1][2];
-    if (partial)
-      score_tile<true, kExtras, false>(acc_s, tile_max, m, p.block_mask, s, h, c0, false, score, bias, row_of, t);
+  };
+  // The mma.sync kernel's element loop and online softmax on this warp's 16 rows of a retired S:
+  // P = exp2(S − max) in place, the row state moved to the new maximum; returns whether a row of
+  // the warp moved (O must then be scaled by alpha, once the P·V reading it has retired).
+  float alpha[1][2];
+  auto softmax = [&](float (&acc)[1][kNTiles][4], int tile) {
+    const int64_t c0 = static_cast<int64_t>(tile) * Bc;
+    float tile_max[1][2], base2[1][2];
+    if (tile < full.first || tile >= full.last)
+      score_tile<true, kExtras, false>(acc, tile_max, m, p.block_mask, s, h, c0, false, score, bias, row_of, t);
     else
-      score_tile<false, kExtras, false>(acc_s, tile_max, m, p.block_mask, s, h, c0, false, score, bias, row_of, t);
-    float alpha[1][2], base2[1][2];
+      score_tile<false, kExtras, false>(acc, tile_max, m, p.block_mask, s, h, c0, false, score, bias, row_of, t);
     const bool changed = sm.template rescale<kExtras>(tile_max, scale2, alpha, base2);
-    x::wgmma_fence_operand(o);
-    if (__any_sync(0xffffffffu, changed)) scale_rows(acc_o, alpha);
-    sm.exponentiate(acc_s, scale2, base2);
-
-    // O += P·V: Bc/16 steps, P's 16 columns of each as the A fragment (all rounded before the first
-    // wgmma reads any: registers written between them make ptxas serialise the wgmmas), V rows 16
-    // keys x D columns (MN-major: runs of 64 columns a box apart).
-    uint32_t pa[Bc / 16][4];
+    sm.exponentiate(acc, scale2, base2);
+    return __any_sync(0xffffffffu, changed);
+  };
+  // P rounded to the A fragments of the P·V steps: all of them before the first wgmma reads any
+  // (registers written between in-flight wgmmas make ptxas serialise them).
+  uint32_t pa[Bc / 16][4];
+  float acc_s[1][kNTiles][4];
+  float(&sc)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(acc_s);
+  auto pack = [&] {
 #pragma unroll
     for (int j = 0; j < Bc / 16; ++j) pack_a<T>(pa[j], acc_s[0][2 * j], acc_s[0][2 * j + 1]);
-    x::wgmma_fence();
+  };
+
+  // The first tile's S and P (O is still 0: nothing to scale).
+  if (first < last) {
+    issue_s(sc, 0);
+    x::wgmma_wait<0>();  // S complete before the element loop reads it
+    x::wgmma_fence_operand(sc);
+    softmax(acc_s, first);
+    pack();
+  }
+  // O += P·V of the tile in ring slot i (V rows 16 keys x D columns, MN-major: runs of 64 columns a
+  // box apart), committed as one group. The caller fenced (issue_s does).
+  auto issue_pv = [&](int i) {
+    const uint32_t v_at = x::smem_addr(sV(i % Tr::kStages));
 #pragma unroll
     for (int j = 0; j < Bc / 16; ++j)
       x::wgmma_rs<T, D, true>(o, pa[j], x::mn_major_desc(v_at + 16u * 128u * j, x::Swizzle::b128, Tr::kBoxBytesKv),
                               true);
     x::wgmma_commit();
+  };
+  // Each iteration but the last issues S of the next tile, then O += P·V of this one, and computes
+  // the next tile's softmax while the P·V runs: only the scaling of O waits for it.
+  int i = 0;
+  for (int tile = first; tile + 1 < last; ++tile, ++i) {
+    issue_s(sc, i + 1);
+    issue_pv(i);
+    x::wgmma_wait<1>();  // the next S retired; this P·V may still run
+    x::wgmma_fence_operand(sc);
+    const bool changed = softmax(acc_s, tile + 1);
     x::wgmma_wait<0>();
     x::wgmma_fence_operand(o);
-    x::mbarrier_arrive(&empty_bar[st]);
+    x::mbarrier_arrive(&empty_bar[i % Tr::kStages]);
+    if (changed) scale_rows(acc_o, alpha);
+    pack();
+  }
+  if (first < last) {  // the last tile's P·V
+    x::wgmma_fence();
+    issue_pv(i);
+    x::wgmma_wait<0>();
+    x::wgmma_fence_operand(o);
+    x::mbarrier_arrive(&empty_bar[i % Tr::kStages]);
   }
 
   store_forward_rows<D, T>(p, si, h, 0, 1.0f, sm, acc_o, row_of, 0, t);
