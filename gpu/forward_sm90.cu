@@ -9,8 +9,8 @@ namespace flashattn::gpu::detail {
 template <int D, class T>
 void launch_forward_sm90(const Sm90ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
   using Tr = Sm90ForwardTraits<D>;
-  launch(forward_sm90_variant<D, T>(p.p), ceil_div(max_seqlen_q, Tr::kBr), p.p.heads_q, p.p.num_sequences, Tr::kThreads,
-         Tr::kSmemBytes, stream, p);
+  launch(forward_sm90_variant<D, T>(p.p), ceil_div(max_seqlen_q, Tr::kBr) * p.p.num_splits, p.p.heads_q,
+         p.p.num_sequences, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
 template void launch_forward_sm90<64, __half>(const Sm90ForwardParams&, int64_t, cudaStream_t);

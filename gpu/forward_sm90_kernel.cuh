@@ -1,13 +1,11 @@
 // The sm_90a forward kernel (sm90.cuh's primitives): one CTA of three warpgroups per (query block of
-// 128 rows, query head, sequence). Warpgroup 2 is the producer: one thread loads the Q tile and then
+// 128 rows × split, query head, sequence). Warpgroup 2 is the producer: one thread loads the Q tile and then
 // each K/V tile by TMA into a two-stage ring, each stage on its `full` mbarrier once the consumers
 // released it on `empty`. Warpgroups 0 and 1 are the consumers, 64 query rows each: S = Q·Kᵀ by
 // wgmma from shared memory (both operands K-major), the mask, score options and online softmax of
 // the mma.sync kernel (forward_kernel.cuh: the accumulator layout of a warp's 16 rows is the same,
 // so its score_tile / OnlineSoftmax / store_forward_rows run unchanged), then O += P·V by wgmma with P
-// from registers and V MN-major. The calls it takes (sm90_forward_supported, host_params.hpp): f16
-// or bf16, d = dv = 64 or 128, batched (no varlen, key lengths, paging, bias, dropout, block mask or
-// split-KV): rows past a sequence's end are then outside the tensors, which TMA fills with zeros.
+// from registers and V MN-major. The calls it takes: sm90_forward_supported (host_params.hpp).
 #pragma once
 
 #include <cuda.h>
@@ -19,20 +17,6 @@
 
 namespace flashattn::gpu::detail {
 
-// The tiles of the sm_90a forward: kBr query rows (two consumer warpgroups of 64), kBc keys per
-// stage, 16-bit elements in boxes of 64 columns (one 128-byte swizzle row each).
-template <int D>
-struct Sm90ForwardTraits {
-  static_assert(D == 64 || D == 128, "the sm_90a forward has head dims 64 and 128");
-  static constexpr int kBr = 128, kBc = 128, kStages = 2, kThreads = 384, kBoxCols = 64;
-  static constexpr int kBoxes = D / kBoxCols;                     // boxes across a row
-  static constexpr uint32_t kQBytes = kBr * D * 2, kKvBytes = kBc * D * 2;
-  static constexpr uint32_t kBoxBytesQ = kBr * kBoxCols * 2, kBoxBytesKv = kBc * kBoxCols * 2;
-  // Q, then K and V per stage, then the barriers; +1024 for aligning the base to the swizzle pattern.
-  static constexpr uint32_t kBarOffset = kQBytes + 2 * kStages * kKvBytes;
-  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 64 + 1024);
-};
-
 template <int D, class T, bool kExtras>
 __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_constant__ Sm90ForwardParams P) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(FLASHATTN_GPU_EMULATE)
@@ -41,13 +25,16 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_const
   constexpr int Br = Tr::kBr, Bc = Tr::kBc, kNTiles = Bc / kMmaCols, kOTiles = D / kMmaCols;
   const ForwardParams& p = P.p;
   const int64_t s = blockIdx.z, h = blockIdx.y;
+  const int64_t split = blockIdx.x % p.num_splits;
   const SeqInfo si = sequence_info(p, s);
   const Mask& m = si.mask;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * Br;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x / p.num_splits) * Br;
   if (r0 >= m.seqlen_q) return;
   const int64_t r1 = r0 + Br < m.seqlen_q ? r0 + Br : m.seqlen_q;
   const int hk = static_cast<int>(kv_head(h, p.heads_q, p.heads_k));
-  const TileRange tiles = key_tiles<Bc>(m, r0, r1), full = full_tiles<Br, Bc>(m, r0, r1);
+  // The split's slice of the key tiles (split-KV: the partials go to the combine kernel).
+  const TileRange tiles = split_tiles(key_tiles<Bc>(m, r0, r1), split, p.num_splits);
+  const TileRange full = full_tiles<Br, Bc>(m, r0, r1);
   const int first = static_cast<int>(tiles.first), last = static_cast<int>(tiles.last);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -104,7 +91,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_const
   const ScoreTransform score{p.scale, p.softcap, alibi_slope(p, s, h), m.diag()};
   const float scale2 = kExtras ? 1.0f : score.scale2;
   const BiasRows bias(p, s, h);
-  const bool sink = p.sinks != nullptr;
+  const bool sink = p.sinks != nullptr && split == 0;
   OnlineSoftmax<1> sm;
   sm.start(sink, sink ? ld(p.sinks + h) * kLog2e : -INFINITY, t);
   float acc_o[1][kOTiles][4] = {};
@@ -196,7 +183,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_const
     x::mbarrier_arrive(&empty_bar[i % Tr::kStages]);
   }
 
-  store_forward_rows<D, T>(p, si, h, 0, 1.0f, sm, acc_o, row_of, 0, t);
+  store_forward_rows<D, T>(p, si, h, split, 1.0f, sm, acc_o, row_of, 0, t);
 #endif
 }
 

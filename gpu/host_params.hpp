@@ -224,13 +224,12 @@ inline std::vector<sm90::TensorMapSpec> sm90_sequence_specs(const AttentionArgs&
 
 // Returns whether the sm_90a forward takes a validated call (`a`: the pointers its kernel reads,
 // `host`: the same call with host-readable arrays): head dims d = dv = 64 or 128, no paging (rows
-// past a sequence are then outside the tensor or its own map, which TMA reads as zeros), no bias,
-// dropout, block mask or keep-mask output, not split (num_splits 0 or 1), and q, k, v views (each
-// sequence's, with varlen or key lengths) that TMA can map.
+// past a sequence are then outside the tensor or its own map, which TMA reads as zeros), no block
+// mask and no dropout (its code spilled in the d = 64 variant), and q, k, v views (each sequence's,
+// with varlen or key lengths) that TMA can map.
 inline bool sm90_forward_supported(const ForwardArgs& a, const ForwardArgs& host) {
   const bool dims = a.q.dim == a.v.dim && (a.q.dim == 64 || a.q.dim == 128);
-  const bool options = !a.block_table && !has_bias(a) && a.dropout_p == 0 && !a.block_mask.used() &&
-                       !a.dropout_mask && a.num_splits <= 1 && !a.append.used();
+  const bool options = !a.block_table && !a.block_mask.used() && a.dropout_p == 0 && !a.append.used();
   if (!dims || !options) return false;
   std::vector<sm90::TensorMapSpec> specs = sm90_sequence_specs(a, host);
   for (const ConstTensor* t : {&a.q, &a.k, &a.v}) specs.push_back(sm90_view_map(*t, 128));
@@ -247,11 +246,11 @@ inline std::vector<CUtensorMap> sm90_sequence_maps(const AttentionArgs& a, const
   return maps;
 }
 
-// Returns the sm_90a forward's parameters of a supported call: p (filled, unsplit) and the maps.
+// Returns the sm_90a forward's parameters of a supported call: p (filled, its split-KV partials set)
+// and the maps.
 inline Sm90ForwardParams sm90_forward_params(const ForwardParams& p, const ForwardArgs& a) {
   Sm90ForwardParams sp;
   sp.p = p;
-  sp.p.num_splits = 1;
   sm90::encode_tensor_map(&sp.q_map, sm90_view_map(a.q, 128));
   sm90::encode_tensor_map(&sp.k_map, sm90_view_map(a.k, 128));
   sm90::encode_tensor_map(&sp.v_map, sm90_view_map(a.v, 128));

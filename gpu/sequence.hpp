@@ -76,8 +76,20 @@ void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
   l.template dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;
-    if constexpr (D == DV && (D == 64 || D == 128)) {
-      if (l.sm90() && sm90_forward_supported(call, call_host)) {
+    // The sm_90a forward where the launcher has it and it takes the call, else the mma.sync kernel;
+    // either way the keys may be split and the partials combined.
+    constexpr bool kHopperDims = D == DV && (D == 64 || D == 128);
+    bool hopper = false;
+    ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
+    if constexpr (kHopperDims) {
+      hopper = l.sm90() && sm90_forward_supported(call, call_host);
+      if (hopper) shape.br = Sm90ForwardTraits<D>::kBr, shape.bc = Sm90ForwardTraits<D>::kBc;
+    }
+    const int splits = split_count(call, e, shape.br, shape.bc);
+    typename L::Buffer partials = l.buffer(sizeof(float) * partial_count(call, splits), "split-KV partials");
+    set_partials(p, call, splits, partials.get());
+    if constexpr (kHopperDims) {
+      if (hopper) {
         Sm90ForwardParams sp = sm90_forward_params(p, call);
         // Sequences with their own extents (varlen, key lengths) get a map each, so that TMA reads
         // zeros past every sequence's end.
@@ -85,14 +97,9 @@ void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
         typename L::Buffer map_buffer = l.buffer(sizeof(CUtensorMap) * maps.size(), "tensor maps");
         if (!maps.empty()) sp.seq_maps = l.upload(map_buffer, maps);
         l.template forward_sm90<D, T>(sp, e.max_q);
-        return;
       }
     }
-    const ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
-    const int splits = split_count(call, e, shape.br, shape.bc);
-    typename L::Buffer partials = l.buffer(sizeof(float) * partial_count(call, splits), "split-KV partials");
-    set_partials(p, call, splits, partials.get());
-    l.template forward<D, DV, T>(p, e.max_q);
+    if (!hopper) l.template forward<D, DV, T>(p, e.max_q);
     if (splits > 1) l.template combine<T>(p, e.max_q);
   });
 }

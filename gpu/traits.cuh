@@ -34,6 +34,20 @@ struct ForwardTraits {
   static_assert(kSmemBytes <= kMaxSmemSm80, "forward tiles exceed shared memory");
 };
 
+// The tiles of the sm_90a forward: kBr query rows (two consumer warpgroups of 64), kBc keys per
+// stage, 16-bit elements in boxes of 64 columns (one 128-byte swizzle row each).
+template <int D>
+struct Sm90ForwardTraits {
+  static_assert(D == 64 || D == 128, "the sm_90a forward has head dims 64 and 128");
+  static constexpr int kBr = 128, kBc = 128, kStages = 2, kThreads = 384, kBoxCols = 64;
+  static constexpr int kBoxes = D / kBoxCols;                     // boxes across a row
+  static constexpr uint32_t kQBytes = kBr * D * 2, kKvBytes = kBc * D * 2;
+  static constexpr uint32_t kBoxBytesQ = kBr * kBoxCols * 2, kBoxBytesKv = kBc * kBoxCols * 2;
+  // Q, then K and V per stage, then the barriers; +1024 for aligning the base to the swizzle pattern.
+  static constexpr uint32_t kBarOffset = kQBytes + 2 * kStages * kKvBytes;
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + 64 + 1024);
+};
+
 // The launch shape of a forward variant: query rows and keys per tile, dynamic shared memory.
 struct ForwardShape {
   int br = 0, bc = 0, smem = 0;

@@ -119,8 +119,9 @@ class EmuLauncher {
   void forward_sm90(const Sm90ForwardParams& p, int64_t max_q) const {
     using Tr = Sm90ForwardTraits<D>;
     ++sm90_forward_calls;
-    emu::launch(forward_sm90_variant<D, T>(p.p), grid(ceil_div(max_q, Tr::kBr), p.p.heads_q, p.p.num_sequences),
-                Tr::kThreads, Tr::kSmemBytes, p);
+    emu::launch(forward_sm90_variant<D, T>(p.p),
+                grid(ceil_div(max_q, Tr::kBr) * p.p.num_splits, p.p.heads_q, p.p.num_sequences), Tr::kThreads,
+                Tr::kSmemBytes, p);
   }
   template <class T>
   void combine(const ForwardParams& p, int64_t max_q) const {

@@ -1,9 +1,9 @@
 // The sm_90a forward kernel (gpu/forward_sm90_kernel.cuh) under the host emulator, against the fp64
 // oracle by the tolerance rule: random calls of the kind it takes (f16/bf16, d = 64 and 128, GQA,
-// causal, windows, diagonal offsets, softcap, ALiBi, sinks, LSE, varlen, key lengths, scales the
-// plain variant cannot take, every layout and value distribution, from one key tile to several, with
-// partial query and key blocks), each checked to have run that kernel; calls it does not take run
-// the mma.sync kernel.
+// causal, windows, diagonal offsets, softcap, ALiBi, sinks, LSE, varlen, key lengths, additive bias,
+// split-KV, scales the plain variant cannot take, every layout and value distribution, from
+// one key tile to several, with partial query and key blocks), each checked to have run that kernel;
+// calls it does not take run the mma.sync kernel.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -56,6 +56,13 @@ props::Case draw(std::mt19937_64& rng) {
   if (pick(4) == 0) c.softcap = pick(2) ? 2.0f : 30.0f;
   if (pick(4) == 0) c.alibi = pick(2) ? props::Alibi::shared : props::Alibi::per_batch;
   if (pick(6) == 0) c.scale = pick(2) ? -0.2f : 0.0f;
+  if (pick(5) == 0) {
+    const props::BiasKind kinds[] = {props::BiasKind::full, props::BiasKind::rows_keys, props::BiasKind::head_keys,
+                                     props::BiasKind::stride0};
+    c.bias = kinds[pick(4)];
+    c.bias_dtype = pick(2) ? flashattn::DType::bf16 : flashattn::DType::f32;
+    c.bias_inf = pick(3) == 0;
+  }
   const props::Layout layouts[] = {props::Layout::bshd, props::Layout::bhsd, props::Layout::padded};
   c.layout = layouts[pick(3)];
   const props::Values values[] = {props::Values::normal, props::Values::large, props::Values::ties,
@@ -65,13 +72,15 @@ props::Case draw(std::mt19937_64& rng) {
   return c;
 }
 
-// Runs the forward of c with the sm_90a kernels enabled (sinks when `sinks`) and checks it against
-// the oracle; returns how many sm_90a launches it made.
-int64_t check(const props::Case& c, bool sinks) {
+// Runs the forward of c with the sm_90a kernels enabled (sinks when `sinks`, cut into `splits` key
+// splits: 0 chooses) and checks it against the oracle; returns how many sm_90a launches it made.
+int64_t check(const props::Case& c, bool sinks, int splits = 1) {
   CAPTURE(props::to_string(c));
   CAPTURE(sinks);
+  CAPTURE(splits);
   props::Instance inst(c);
   flashattn::ForwardArgs a = inst.forward_args();
+  a.num_splits = splits;
   std::vector<float> sink_logits(static_cast<size_t>(c.heads_q()));
   for (size_t h = 0; h < sink_logits.size(); ++h) sink_logits[h] = 0.5f * static_cast<float>(h) - 1.0f;
   if (sinks) a.sinks = sink_logits.data();
@@ -91,7 +100,7 @@ TEST_CASE("sm90 forward: random calls it takes agree with the oracle, and run th
   std::mt19937_64 rng(20261127);
   for (int i = 0; i < cases; ++i) {
     const props::Case c = draw(rng);
-    CHECK(check(c, i % 4 == 3) == 1);
+    CHECK(check(c, i % 4 == 3, i % 3 == 2 ? static_cast<int>(rng() % 4) : 1) == 1);
   }
 }
 
@@ -142,14 +151,15 @@ TEST_CASE("sm90 forward: NaN in the values of another sequence, or past a sequen
   }
 }
 
-TEST_CASE("sm90 forward: calls it does not take (bias, dropout, other head dims) run the mma.sync kernel") {
+TEST_CASE("sm90 forward: calls it does not take (block masks, dropout, other head dims) run the mma.sync kernel") {
   std::mt19937_64 rng(7);
   props::Case c = draw(rng);
   c.varlen_q.clear(), c.varlen_k.clear(), c.key_lengths.clear();
   c.seqlen_q = 70, c.seqlen_k = 150, c.batch = 2;
-  c.bias = props::BiasKind::full;
+  c.blocks = props::BlockSparse::lists;
+  c.block_q = 16, c.block_k = 32;
   CHECK(check(c, false) == 0);
-  c.bias = props::BiasKind::off;
+  c.blocks = props::BlockSparse::off;
   c.dropout_p = 0.25f;
   CHECK(check(c, false) == 0);
   c.dropout_p = 0;
