@@ -38,35 +38,34 @@ inline void wgmma_wait(const char* file = __builtin_FILE(), int line = __builtin
 template <int R>
 inline void wgmma_fence_operand(float (&)[R]) {}
 
-template <class T, int N, bool TransA, bool TransB>
-inline void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate, const char* file = __builtin_FILE(),
-                     int line = __builtin_LINE()) {
+// The model's description of one wgmma of element type T and N columns (checked at compile time as
+// the device wrappers are).
+template <class T, int N>
+inline emu::Wgmma wgmma_call(bool a_in_registers, bool trans_a, bool trans_b, uint64_t a, uint64_t b, bool accumulate) {
   static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "wgmma: f16 or bf16 operands");
-  static_assert(wgmma_shape_supported(N), "wgmma_ss: N must be one of " FLASHATTN_SM90_WGMMA_SHAPES);
+  static_assert(wgmma_shape_supported(N), "wgmma: N must be one of " FLASHATTN_SM90_WGMMA_SHAPES);
   emu::Wgmma w;
   w.n = N;
   w.f16 = std::is_same_v<T, __half>;
-  w.trans_a = TransA;
-  w.trans_b = TransB;
+  w.a_in_registers = a_in_registers;
+  w.trans_a = trans_a;
+  w.trans_b = trans_b;
   w.desc_a = a;
   w.desc_b = b;
   w.accumulate = accumulate;
-  emu::wgmma(w, d, nullptr, emu::Site{file, line});
+  return w;
+}
+
+template <class T, int N, bool TransA, bool TransB>
+inline void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate, const char* file = __builtin_FILE(),
+                     int line = __builtin_LINE()) {
+  emu::wgmma(wgmma_call<T, N>(false, TransA, TransB, a, b, accumulate), d, nullptr, emu::Site{file, line});
 }
 
 template <class T, int N, bool TransB>
 inline void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, bool accumulate,
                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>, "wgmma: f16 or bf16 operands");
-  static_assert(wgmma_shape_supported(N), "wgmma_rs: N must be one of " FLASHATTN_SM90_WGMMA_SHAPES);
-  emu::Wgmma w;
-  w.n = N;
-  w.f16 = std::is_same_v<T, __half>;
-  w.a_in_registers = true;
-  w.trans_b = TransB;
-  w.desc_b = b;
-  w.accumulate = accumulate;
-  emu::wgmma(w, d, a, emu::Site{file, line});
+  emu::wgmma(wgmma_call<T, N>(true, false, TransB, 0, b, accumulate), d, a, emu::Site{file, line});
 }
 
 inline void mbarrier_init(uint64_t* bar, uint32_t arrivals, const char* file = __builtin_FILE(),
