@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "emu/emu.hpp"
+#include "emu/mma_emu.hpp"  // hardware_numerics, round_toward_zero: the numerics mma.sync's emulation uses
 #include "flashattn/convert.hpp"
 #include "sm90_layout.hpp"
 #include "sm90_tensor_map.hpp"
@@ -174,14 +175,6 @@ float element(uint32_t bits, bool f16) {
              : flashattn::float_from_bf16_bits(static_cast<uint16_t>(bits));
 }
 
-bool hardware_numerics() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHATTN_EMU_NUMERICS");
-    return v != nullptr && std::strcmp(v, "hardware") == 0;
-  }();
-  return on;
-}
-
 // Returns the shared offsets of the 16-bit operand elements (rows x 16) of descriptor `desc`, checked.
 std::vector<size_t> operand_offsets(uint64_t desc, int rows, sm90::Major major, const char* name, Site site) {
   const sm90::SmemDesc d = sm90::decode(desc);
@@ -281,11 +274,10 @@ void issue_wgmma(const Wgmma& w, Site site) {
       const int row = row0 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (l % 4) + i % 2;
       const float c = !w.accumulate ? 0.0f : prior ? prior->result[static_cast<size_t>(r * op.regs + i)] : op.d[r][i];
       float v;
-      if (hardware_numerics()) {  // exact products, truncated sum (as mma_emu.hpp's mma)
+      if (flashattn::gpu::detail::hardware_numerics()) {  // exact products, truncated sum (as mma_emu.hpp's mma)
         double acc = c;
         for (int k = 0; k < 16; ++k) acc += static_cast<double>(A[row][k]) * B[k][col];
-        v = static_cast<float>(acc);
-        if (std::fabs(static_cast<double>(v)) > std::fabs(acc)) v = std::nextafter(v, 0.0f);
+        v = flashattn::gpu::detail::round_toward_zero(acc);
       } else {
         v = c;
         for (int k = 0; k < 16; ++k) v += A[row][k] * B[k][col];
