@@ -5,7 +5,7 @@
 // wgmma from shared memory (both operands K-major), the mask, score options and online softmax of
 // the mma.sync kernel (forward_kernel.cuh: the accumulator layout of a warp's 16 rows is the same,
 // so its score_tile / OnlineSoftmax / store_forward_rows run unchanged), then O += P·V by wgmma with P
-// from registers and V MN-major. The calls it takes: sm90_forward_supported (host_params.hpp).
+// from registers and V MN-major. The calls it takes: sm90_forward_specs (host_params.hpp).
 #pragma once
 
 #include <cuda.h>
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(384, 1) forward_sm90_kernel(const __grid_const
 #endif
 }
 
-// Returns the sm_90a forward variant of a supported call (sm90_forward_supported).
+// Returns the sm_90a forward variant of a supported call (sm90_forward_specs).
 template <int D, class T>
 auto forward_sm90_variant(const ForwardParams& p) {
   return forward_extras(p) ? forward_sm90_kernel<D, T, true> : forward_sm90_kernel<D, T, false>;

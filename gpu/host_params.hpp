@@ -222,38 +222,48 @@ inline std::vector<sm90::TensorMapSpec> sm90_sequence_specs(const AttentionArgs&
   return specs;
 }
 
+// The tensor maps of a call the sm_90a forward takes: the whole tensors' (q, k, v) or, when the
+// sequences have their own extents, [sequence][q, k, v] (sm90_sequence_specs).
+struct Sm90MapSpecs {
+  sm90::TensorMapSpec q, k, v;
+  std::vector<sm90::TensorMapSpec> sequences;
+};
+
 // Returns whether the sm_90a forward takes a validated call (`a`: the pointers its kernel reads,
-// `host`: the same call with host-readable arrays): head dims d = dv = 64 or 128, no paging (rows
-// past a sequence are then outside the tensor or its own map, which TMA reads as zeros), no block
-// mask and no dropout (its code spilled in the d = 64 variant), and q, k, v views (each sequence's,
-// with varlen or key lengths) that TMA can map.
-inline bool sm90_forward_supported(const ForwardArgs& a, const ForwardArgs& host) {
+// `host`: the same call with host-readable arrays), and then its maps in `specs`: head dims
+// d = dv = 64 or 128, no paging (rows past a sequence are then outside the tensor or its own map,
+// which TMA reads as zeros), no block mask and no dropout (its code spilled in the d = 64 variant),
+// and q, k, v views (each sequence's, with varlen or key lengths) that TMA can map.
+inline bool sm90_forward_specs(const ForwardArgs& a, const ForwardArgs& host, Sm90MapSpecs& specs) {
   const bool dims = a.q.dim == a.v.dim && (a.q.dim == 64 || a.q.dim == 128);
   const bool options = !a.block_table && !a.block_mask.used() && a.dropout_p == 0 && !a.append.used();
   if (!dims || !options) return false;
-  std::vector<sm90::TensorMapSpec> specs = sm90_sequence_specs(a, host);
-  for (const ConstTensor* t : {&a.q, &a.k, &a.v}) specs.push_back(sm90_view_map(*t, 128));
-  for (const sm90::TensorMapSpec& s : specs)
+  specs.q = sm90_view_map(a.q, 128), specs.k = sm90_view_map(a.k, 128), specs.v = sm90_view_map(a.v, 128);
+  specs.sequences = sm90_sequence_specs(a, host);
+  for (const sm90::TensorMapSpec* s : {&specs.q, &specs.k, &specs.v})
+    if (!sm90::tensor_map_problem(*s).empty()) return false;
+  for (const sm90::TensorMapSpec& s : specs.sequences)
     if (!sm90::tensor_map_problem(s).empty()) return false;
   return true;
 }
 
-// Returns the per-sequence maps of a supported call (empty when it needs none).
-inline std::vector<CUtensorMap> sm90_sequence_maps(const AttentionArgs& a, const AttentionArgs& host) {
-  const std::vector<sm90::TensorMapSpec> specs = sm90_sequence_specs(a, host);
+// Returns the encoded maps of specs.
+inline std::vector<CUtensorMap> encode_tensor_maps(const std::vector<sm90::TensorMapSpec>& specs) {
   std::vector<CUtensorMap> maps(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) sm90::encode_tensor_map(&maps[i], specs[i]);
   return maps;
 }
 
 // Returns the sm_90a forward's parameters of a supported call: p (filled, its split-KV partials set)
-// and the maps.
-inline Sm90ForwardParams sm90_forward_params(const ForwardParams& p, const ForwardArgs& a) {
+// and, when the call has no per-sequence maps, the whole tensors' (seq_maps is the caller's).
+inline Sm90ForwardParams sm90_forward_params(const ForwardParams& p, const Sm90MapSpecs& specs) {
   Sm90ForwardParams sp;
   sp.p = p;
-  sm90::encode_tensor_map(&sp.q_map, sm90_view_map(a.q, 128));
-  sm90::encode_tensor_map(&sp.k_map, sm90_view_map(a.k, 128));
-  sm90::encode_tensor_map(&sp.v_map, sm90_view_map(a.v, 128));
+  if (specs.sequences.empty()) {
+    sm90::encode_tensor_map(&sp.q_map, specs.q);
+    sm90::encode_tensor_map(&sp.k_map, specs.k);
+    sm90::encode_tensor_map(&sp.v_map, specs.v);
+  }
   return sp;
 }
 

@@ -17,7 +17,7 @@ template <int D, int DV, class T>
 void launch_forward(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
 // Runs the sm_90a forward kernel (forward_sm90_kernel.cuh) over every (query block, query head,
-// sequence) of a call sm90_forward_supported takes; D = DV = 64 or 128 (gpu/forward_sm90.cu).
+// sequence) of a call sm90_forward_specs takes; D = DV = 64 or 128 (gpu/forward_sm90.cu).
 template <int D, class T>
 void launch_forward_sm90(const Sm90ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 

@@ -45,8 +45,8 @@ struct Tag {
 //   1. with an append: the new K/V rows into the caches and the rotated queries into scratch;
 //   2. the dropout keep mask (when asked for);
 //   3. the forward kernel over (query block × split, query head, sequence), then, when the keys
-//      are split, the combine of the partials; or, where the launcher says sm90() and the call is
-//      one the sm_90a forward takes (sm90_forward_supported), that kernel, unsplit.
+//      are split, the combine of the partials; where the launcher says sm90() and the call is one
+//      the sm_90a forward takes (sm90_forward_specs), that kernel instead.
 template <class L>
 void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
   const KvAppend& ap = a.append;
@@ -80,9 +80,10 @@ void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
     // either way the keys may be split and the partials combined.
     constexpr bool kHopperDims = D == DV && (D == 64 || D == 128);
     bool hopper = false;
+    Sm90MapSpecs specs;
     ForwardShape shape = forward_shape<D, DV>(forward_extras(p));
     if constexpr (kHopperDims) {
-      hopper = l.sm90() && sm90_forward_supported(call, call_host);
+      hopper = l.sm90() && sm90_forward_specs(call, call_host, specs);
       if (hopper) shape.br = Sm90ForwardTraits<D>::kBr, shape.bc = Sm90ForwardTraits<D>::kBc;
     }
     const int splits = split_count(call, e, shape.br, shape.bc);
@@ -90,10 +91,10 @@ void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
     set_partials(p, call, splits, partials.get());
     if constexpr (kHopperDims) {
       if (hopper) {
-        Sm90ForwardParams sp = sm90_forward_params(p, call);
+        Sm90ForwardParams sp = sm90_forward_params(p, specs);
         // Sequences with their own extents (varlen, key lengths) get a map each, so that TMA reads
         // zeros past every sequence's end.
-        const std::vector<CUtensorMap> maps = sm90_sequence_maps(call, call_host);
+        const std::vector<CUtensorMap> maps = encode_tensor_maps(specs.sequences);
         typename L::Buffer map_buffer = l.buffer(sizeof(CUtensorMap) * maps.size(), "tensor maps");
         if (!maps.empty()) sp.seq_maps = l.upload(map_buffer, maps);
         l.template forward_sm90<D, T>(sp, e.max_q);
