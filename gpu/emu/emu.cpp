@@ -103,18 +103,6 @@ void yield() {
   if (_setjmp(running->fibers[running->current].resume) == 0) _longjmp(running->scheduler, 1);
 }
 
-// Blocks the running fiber until *counter != seen.
-void wait_change(const unsigned* counter, unsigned seen, const void* object) {
-  Wait& w = running->waits[running->current];
-  w.counter = counter;
-  w.generation = seen;
-  w.object = object;
-  while (*counter == seen) yield();
-  Wait& after = running->waits[running->current];
-  after.counter = nullptr;
-  after.object = nullptr;
-}
-
 void wait(Barrier& b) {
   const unsigned g = b.generation;
   if (++b.arrived == b.count) {
@@ -123,7 +111,7 @@ void wait(Barrier& b) {
     ++b.generation;
     return;
   }
-  wait_change(&b.generation, g, nullptr);
+  wait_until_changed(&b.generation, g, nullptr);
 }
 
 bool runnable(const Wait& w) { return !w.done && (w.counter == nullptr || *w.counter != w.generation); }
@@ -201,7 +189,14 @@ void sync_warpgroup() {
 }
 WarpgroupExchange& warpgroup_exchange() { return running->warpgroup_exchanges[running->current / 128]; }
 void wait_until_changed(const unsigned* counter, unsigned seen, const void* object) {
-  wait_change(counter, seen, object);
+  Wait& w = running->waits[running->current];
+  w.counter = counter;
+  w.generation = seen;
+  w.object = object;
+  while (*counter == seen) yield();
+  Wait& after = running->waits[running->current];
+  after.counter = nullptr;
+  after.object = nullptr;
 }
 int lane() { return running->current % 32; }
 unsigned char* shared_memory() { return flashattn::gpu::detail::smem_raw; }
