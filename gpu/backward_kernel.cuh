@@ -318,7 +318,7 @@ __device__ __forceinline__ QueryStep next_visited(const QuerySteps& steps, Query
       for (; !steps.done(x); x = steps.advance(x)) {
         const int64_t i0 = static_cast<int64_t>(x.block) * Br;
         const int64_t i1 = i0 + Br < m.seqlen_q ? i0 + Br : m.seqlen_q;
-        if (classify_tile(m, bm, s, hk * steps.group + x.head, i0, i1, k0, k0 + Bc) != TileKind::empty) break;
+        if (classify_tile(m, bm, s, hk * steps.group + x.head, i0, i1, k0, k0 + Bc, DeviceRead{}) != TileKind::empty) break;
       }
   }
   return x;

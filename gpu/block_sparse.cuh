@@ -29,7 +29,7 @@ __device__ inline int64_t next_visited(const Mask& m, const BlockMask& bm, int64
                                        int64_t t, int64_t last) {
   if constexpr (!kSparse) return t;
   if (!bm.used()) return t;
-  while (t < last && classify_tile(m, bm, s, h, r0, r1, t * Bc, t * Bc + Bc) == TileKind::empty) ++t;
+  while (t < last && classify_tile(m, bm, s, h, r0, r1, t * Bc, t * Bc + Bc, DeviceRead{}) == TileKind::empty) ++t;
   return t;
 }
 
@@ -55,7 +55,7 @@ __device__ inline uint64_t listed_rows(const BlockMask& bm, int64_t s, int64_t h
       auto add = [&](const int32_t* count, const int32_t* index) {
         if (!count) return;
         const int32_t* e = index + l * bm.max_blocks;
-        for (int32_t x = BlockMask::lower_bound(count, index, bm.max_blocks, l, kb0); x < ld(count + l) && ld(e + x) <= kb1;
+        for (int32_t x = BlockMask::lower_bound(count, index, bm.max_blocks, l, kb0, DeviceRead{}); x < ld(count + l) && ld(e + x) <= kb1;
              ++x) {
           const int64_t b0 = ld(e + x) * bm.block_k - c0, b1 = b0 + bm.block_k;  // the block's rows in the tile
           const int lo = static_cast<int>(b0 < 0 ? 0 : b0), hi = static_cast<int>(b1 > Rows ? Rows : b1);
@@ -74,13 +74,13 @@ template <bool kSparse>
 __device__ inline TileKind block_kind(const BlockMask& bm, int64_t s, int64_t h, int64_t r0, int64_t r1, int64_t c0,
                                       int64_t c1) {
   if constexpr (!kSparse) return TileKind::full;
-  return bm.used() ? bm.classify(s, h, r0, r1, c0, c1) : TileKind::full;
+  return bm.used() ? bm.classify(s, h, r0, r1, c0, c1, DeviceRead{}) : TileKind::full;
 }
 
 // Returns whether the block mask shows element (row i, key j) of sequence s, query head h, for a
 // row and key inside the sequence (i < seqlen_q, j < seqlen_k: lists and bits are read only there).
 __device__ inline bool block_visible(const Mask& m, const BlockMask& bm, int64_t s, int64_t h, int64_t i, int64_t j) {
-  return i < m.seqlen_q && j < m.seqlen_k && bm.visible(s, h, i, j);
+  return i < m.seqlen_q && j < m.seqlen_k && bm.visible(s, h, i, j, DeviceRead{});
 }
 
 // Returns a bit per element of this thread's kTiles fragments (bit 4·nb + e) that the block mask

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) dbias_kernel(const BackwardP
       const T* krow = k + p.k.offset(si.batch, si.k_start + j, hk);
       const T* vrow = v + p.v.offset(si.batch, si.k_start + j, hk);
       for (int64_t i = i_first; i < i_last; ++i) {
-        if (!visible_element(m, p.block_mask, s, h, i, j)) continue;  // window rule and block mask
+        if (!visible_element(m, p.block_mask, s, h, i, j, DeviceRead{})) continue;  // window rule and block mask
         const int64_t li = lse_index(p, si, h, i);
         const float lse = ld(p.lse + li);
         if (lse == -INFINITY) continue;  // the row sees no key

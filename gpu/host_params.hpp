@@ -35,10 +35,7 @@ inline void fill_common(CommonParams& p, const AttentionArgs& a, int64_t nseq) {
   p.cu_seqlens_q = a.cu_seqlens_q;
   p.cu_seqlens_k = a.cu_seqlens_k;
   p.seqlens_k = a.seqlens_k;
-  p.causal = a.causal;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
-  p.diagonal_offset = a.diagonal_offset;
+  p.mask = a;
   p.scale = effective_scale(a);
   p.softcap = a.softcap;
   p.alibi_slopes = a.alibi_slopes;

@@ -155,3 +155,21 @@ __device__ inline void pack_a(uint32_t (&a)[4], const float (&lo)[4], const floa
 }  // namespace flashattn::gpu::detail
 
 #endif  // FLASHATTN_GPU_EMULATE
+
+namespace flashattn::gpu::detail {
+
+// The element reader the kernels give the shared flashattn/ helpers (flashattn::ElementRead's
+// role): a plain load (ld), so that the emulator checks the helpers' reads of device arrays like the
+// kernels' own. Host and device as the helpers are; its host side only runs in the emulator.
+struct DeviceRead {
+  template <class T>
+  __host__ __device__ T operator()(const T* p) const {
+#if defined(__CUDA_ARCH__) || defined(FLASHATTN_GPU_EMULATE)
+    return ld(p);
+#else
+    return *p;
+#endif
+  }
+};
+
+}  // namespace flashattn::gpu::detail

@@ -46,9 +46,7 @@ struct CommonParams {
   const int32_t* cu_seqlens_q = nullptr;  // device, [num_sequences + 1] or null
   const int32_t* cu_seqlens_k = nullptr;
   const int32_t* seqlens_k = nullptr;     // device, [num_sequences] or null
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  int64_t diagonal_offset = 0;
+  MaskOptions mask;     // as the call's (the same layout as its fields would have here)
   float scale = 1;      // effective scale (any finite value, 0 included)
   float softcap = 0;    // 0: off
   const float* alibi_slopes = nullptr;  // device or null
@@ -118,8 +116,7 @@ using SeqInfo = Sequence;
 
 // Returns sequence s, reading the device arrays of p, by the one rule of flashattn::make_sequence.
 __device__ inline SeqInfo sequence_info(const CommonParams& p, int64_t s) {
-  return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.causal, p.window_left,
-                       p.window_right, p.diagonal_offset);
+  return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.mask, DeviceRead{});
 }
 
 // Returns the element offset in `view` (k or v) of key j of sequence si, key/value head hk: row

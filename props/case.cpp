@@ -5,8 +5,10 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace props {
 namespace {
@@ -107,6 +109,27 @@ std::vector<int32_t> to_list(const std::string& key, const std::string& s) {
   std::string item;
   while (std::getline(is, item, ',')) r.push_back(static_cast<int32_t>(to_int(key, item)));
   return r;
+}
+
+// A value option as printed in a case line: bools 0/1, floats exactly, an empty scale "default".
+std::string value_text(bool v) { return v ? "1" : "0"; }
+std::string value_text(int64_t v) { return std::to_string(v); }
+std::string value_text(float v) {
+  std::ostringstream s;
+  s << std::setprecision(kFloatDigits) << v;
+  return s.str();
+}
+std::string value_text(const std::optional<float>& v) { return v ? value_text(*v) : "default"; }
+
+// Reads a value option printed by value_text.
+void read_value(const std::string& key, const std::string& s, bool& v) { v = to_int(key, s) != 0; }
+void read_value(const std::string& key, const std::string& s, int64_t& v) { v = to_int(key, s); }
+void read_value(const std::string& key, const std::string& s, float& v) { v = to_float(key, s); }
+void read_value(const std::string& key, const std::string& s, std::optional<float>& v) {
+  if (s == "default")
+    v.reset();
+  else
+    v = to_float(key, s);
 }
 
 template <class E>
@@ -297,21 +320,16 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   std::ostringstream s;
   s << std::setprecision(kFloatDigits);
   s << "b=" << c.batch << " hk=" << c.heads_k << " g=" << c.group << " nq=" << c.seqlen_q << " nk=" << c.seqlen_k
-    << " d=" << c.dim << " dtype=" << dtype_label(c.dtype) << " causal=" << (c.causal ? 1 : 0)
-    << " wl=" << c.window_left << " wr=" << c.window_right << " doff=" << c.diagonal_offset << " softcap=" << c.softcap
-    << " alibi=" << alibi_name(c.alibi) << " seqlens_k=";
+    << " d=" << c.dim << " dtype=" << dtype_label(c.dtype);
+  flashattn::for_each_value_option(c, [&s](const char* name, const auto& v) { s << ' ' << name << '=' << value_text(v); });
+  s << " alibi=" << alibi_name(c.alibi) << " seqlens_k=";
   write_list(s, c.key_lengths);
   s << " varlen_q=";
   write_list(s, c.varlen_q);
   s << " varlen_k=";
   write_list(s, c.varlen_k);
   s << " layout=" << layout_name(c.layout) << " offset=" << (c.offset ? 1 : 0) << " values=" << values_name(c.values)
-    << " scale=";
-  if (c.scale)
-    s << *c.scale;
-  else
-    s << "default";
-  s << " seed=" << c.seed;
+    << " seed=" << c.seed;
   // Fields of later features are printed only when used, so older lines still parse and print alike.
   if (c.bias != BiasKind::off)
     s << " bias=" << bias_name(c.bias) << " bias_dtype=" << dtype_label(c.bias_dtype) << " bias_inf=" << (c.bias_inf ? 1 : 0);
@@ -353,11 +371,18 @@ Case parse_case(const std::string& line) {
   c.seqlen_k = to_int("nk", take("nk"));
   c.dim = to_int("d", take("d"));
   c.dtype = to_enum<DType>("dtype", take("dtype"), dtype_label, 3);
-  c.causal = to_int("causal", take("causal")) != 0;
-  c.window_left = to_int("wl", take("wl"));
-  c.window_right = to_int("wr", take("wr"));
-  if (f.count("doff")) c.diagonal_offset = to_int("doff", take("doff"));  // absent in lines older than it
-  c.softcap = to_float("softcap", take("softcap"));
+  // Lines printed before the options were listed spell three of them short.
+  for (const auto& [old_key, key] : {std::pair<std::string, std::string>{"wl", "window_left"}, {"wr", "window_right"},
+                                     {"doff", "diagonal_offset"}}) {
+    if (auto it = f.find(old_key); it != f.end() && !f.count(key)) {
+      f[key] = it->second;
+      f.erase(it);
+    }
+  }
+  // An option absent from a line (one older than it) keeps its default.
+  flashattn::for_each_value_option(c, [&](const char* name, auto& v) {
+    if (f.count(name)) read_value(name, take(name), v);
+  });
   c.alibi = to_enum<Alibi>("alibi", take("alibi"), alibi_name, 3);
   c.key_lengths = to_list("seqlens_k", take("seqlens_k"));
   c.varlen_q = to_list("varlen_q", take("varlen_q"));
@@ -365,7 +390,6 @@ Case parse_case(const std::string& line) {
   c.layout = to_enum<Layout>("layout", take("layout"), layout_name, 3);
   c.offset = to_int("offset", take("offset")) != 0;
   c.values = to_enum<Values>("values", take("values"), values_name, 4);
-  if (const std::string scale = take("scale"); scale != "default") c.scale = to_float("scale", scale);
   c.seed = static_cast<uint64_t>(to_int("seed", take("seed")));
   if (f.count("bias")) {
     c.bias = to_enum<BiasKind>("bias", take("bias"), bias_name, 5);

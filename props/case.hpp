@@ -7,12 +7,12 @@
 
 #include <cstdint>
 #include <iosfwd>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <rapidcheck.h>
 
+#include "flashattn/options.hpp"
 #include "flashattn/types.hpp"
 
 namespace props {
@@ -57,7 +57,7 @@ enum class BlockSparse : uint8_t {
   rule,    // flashattn::block_mask_from_rule of the call (the same visibility as without a mask)
 };
 
-struct Case {
+struct Case : flashattn::MaskOptions, flashattn::ScoreOptions {
   int64_t batch = 1;     // sequences (varlen: packed sequences; tensors then have batch 1)
   int64_t heads_k = 1;   // key/value heads
   int64_t group = 1;     // query heads per key/value head (heads_q = heads_k * group)
@@ -66,10 +66,9 @@ struct Case {
   int64_t dim = 1;       // head dim of q, k, v
   flashattn::DType dtype = flashattn::DType::f32;
 
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;  // -1: unbounded
-  int64_t diagonal_offset = 0;                  // AttentionArgs::diagonal_offset
-  float softcap = 0;                            // 0: off
+  // The mask and score value options (causal, windows, diagonal_offset, scale, softcap) are the
+  // groups it inherits, set on a call as they are (Instance::base_args). scale empty: the default
+  // 1/sqrt(dim) (printed "default"); 0 is a zero scale.
   Alibi alibi = Alibi::off;
   std::vector<int32_t> key_lengths;  // seqlens_k, one per sequence; empty: off
   std::vector<int32_t> varlen_q;     // per-sequence q lengths; empty: not varlen
@@ -85,7 +84,6 @@ struct Case {
   Layout layout = Layout::bshd;
   bool offset = false;  // base pointers moved by one element (aligned to the element only)
   Values values = Values::normal;
-  std::optional<float> scale;  // empty: the default 1/sqrt(dim) (printed "default"); 0 is a zero scale
   uint64_t seed = 0;    // seed of the tensor values
 
   int64_t heads_q() const { return heads_k * group; }

@@ -79,8 +79,7 @@ Coverage coverage(const Case& c) {
   for (int64_t s = 0; s < c.batch; ++s) {
     const flashattn::Sequence seq = flashattn::make_sequence(
         s, c.seqlen_q, c.seqlen_k, c.varlen() ? cu_q.data() : nullptr, c.varlen() ? cu_k.data() : nullptr,
-        c.key_lengths.empty() ? nullptr : c.key_lengths.data(), c.causal, c.window_left, c.window_right,
-        c.diagonal_offset);
+        c.key_lengths.empty() ? nullptr : c.key_lengths.data(), c);
     const flashattn::Mask& m = seq.mask;
     if (m.seqlen_q == 0 || m.seqlen_k == 0) v.empty_sequence = true;
     rows += m.seqlen_q;

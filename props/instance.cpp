@@ -227,12 +227,7 @@ flashattn::ForwardArgs Instance::base_args() {
   a.v = v_.view;
   a.out = out_.view;
   a.lse = reinterpret_cast<float*>(lse_.data());
-  a.scale = c.scale;
-  a.causal = c.causal;
-  a.window_left = c.window_left;
-  a.window_right = c.window_right;
-  a.diagonal_offset = c.diagonal_offset;
-  a.softcap = c.softcap;
+  flashattn::copy_value_options(a, c);
   if (c.alibi != Alibi::off) {
     a.alibi_slopes = reinterpret_cast<const float*>(alibi_.data());
     a.alibi_batch_stride = c.alibi == Alibi::per_batch ? c.heads_q() : 0;

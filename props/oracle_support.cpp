@@ -36,12 +36,7 @@ Dense dense_of(const flashattn::ConstTensor& t) {
 
 Options options_of(const flashattn::AttentionArgs& a) {
   Options o;
-  o.scale = a.scale;
-  o.causal = a.causal;
-  o.window_left = a.window_left;
-  o.window_right = a.window_right;
-  o.diagonal_offset = a.diagonal_offset;
-  o.softcap = a.softcap;
+  flashattn::copy_value_options(o, a);
   const int64_t nseq = flashattn::num_sequences(a);
   if (a.alibi_slopes) {
     o.alibi_batch_stride = a.alibi_batch_stride;
@@ -65,12 +60,7 @@ Call::Call(const Options& o, DType dtype, const Dense& q, const Dense& k, const 
   a.out = store(out_, dtype, Dense(q.batch, q.seq, q.heads, q.dim));
   lse_.assign(static_cast<size_t>(std::max<int64_t>(1, q.batch * q.heads * q.seq)), 0.0f);
   a.lse = lse_.data();
-  a.scale = options_.scale;
-  a.causal = options_.causal;
-  a.window_left = options_.window_left;
-  a.window_right = options_.window_right;
-  a.diagonal_offset = options_.diagonal_offset;
-  a.softcap = options_.softcap;
+  flashattn::copy_value_options(a, options_);
   if (!options_.alibi_slopes.empty()) {
     a.alibi_slopes = options_.alibi_slopes.data();
     a.alibi_batch_stride = options_.alibi_batch_stride;

@@ -32,12 +32,7 @@ struct Dense {
 Dense dense_of(const flashattn::ConstTensor& t);
 
 // Everything of a call but its tensors (owned copies of the host arrays).
-struct Options {
-  std::optional<float> scale;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  int64_t diagonal_offset = 0;
-  float softcap = 0;
+struct Options : flashattn::MaskOptions, flashattn::ScoreOptions {
   std::vector<float> alibi_slopes;
   int64_t alibi_batch_stride = 0;
   std::vector<int32_t> seqlens_k, cu_seqlens_q, cu_seqlens_k;

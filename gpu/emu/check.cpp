@@ -357,10 +357,6 @@ void clear_guarded() { state().guarded.clear(); }
 
 namespace detail {
 
-void helper_read(const void* p, size_t bytes) {
-  global_access(p, bytes, "a read of a device array by a flashattn/ helper", Site{"read_element", 0});
-}
-
 std::string site_name(Site s) { return where(intern(s)); }
 uint16_t site_id(Site s) { return intern(s); }
 std::string site_name(uint16_t id) { return id ? where(id) : std::string("?"); }

@@ -14,8 +14,8 @@
 //   memcheck   shared accesses through the wrappers inside the launch's dynamic shared size,
 //              16-byte aligned where the ISA requires it (cp.async destination, ldmatrix rows),
 //              plain loads and stores (ld, st) at their natural alignment; global accesses (cp.async
-//              sources, atomics, ld/st, and the reads of device arrays by the flashattn/ helpers:
-//              sequence lengths, block lists) outside registered buffers' payloads (register_guarded:
+//              sources, atomics, ld/st — which include the flashattn/ helpers' reads of device
+//              arrays, given DeviceRead) outside registered buffers' payloads (register_guarded:
 //              the harness's canary zones and the emulator's scratch) are errors.
 //   initcheck  a wrapper or ld read of a shared byte that nothing wrote in this block is an error.
 // Every error ends the block: the scheduler throws std::logic_error with the message.
@@ -74,8 +74,6 @@ namespace detail {
 void block_begin(int threads, int smem, const char* kernel);
 void barrier_done();  // called once per completed __syncthreads, before the epoch advances
 void block_end();     // after every thread finished: copies never waited for are an error
-// flashattn::read_observer while a launch runs: a helper's read_element is a global access.
-void helper_read(const void* p, size_t bytes);
 // Ends the running block with an error (does not return).
 [[noreturn]] void fail(const std::string& message);
 int current_thread();

@@ -19,7 +19,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "flashattn/config.hpp"
 
 namespace emu {
 
@@ -282,13 +281,6 @@ std::string kernel_name(const void* kernel) {
 
 void launch_blocks(Dim3 grid, int threads, int smem, const std::string& kernel, const std::function<void()>& body) {
   if (smem > kMaxSmem) throw std::logic_error("emu: shared memory request above kMaxSmem");
-  // The flashattn/ helpers' reads of device arrays (sequence lengths, block lists) inside the
-  // blocks are checked like the kernels' own global reads.
-  struct Observe {
-    flashattn::ReadObserver saved = flashattn::read_observer;
-    Observe() { flashattn::read_observer = &detail::helper_read; }
-    ~Observe() { flashattn::read_observer = saved; }
-  } observe;
   std::vector<Dim3> blocks;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)

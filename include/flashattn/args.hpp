@@ -9,31 +9,23 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 
 #include "flashattn/block_mask.hpp"
+#include "flashattn/options.hpp"
 #include "flashattn/types.hpp"
 
 namespace flashattn {
 
 // The inputs and options of an attention call, common to the forward and the backward pass:
-// out = dropout(softmax(mask(bias + alibi(softcap(scale * q kᵀ))))) v.
-struct AttentionArgs {
+// out = dropout(softmax(mask(bias + alibi(softcap(scale * q kᵀ))))) v. The value options live in
+// the groups it inherits (flashattn/options.hpp): MaskOptions (causal, window_left/right,
+// diagonal_offset), ScoreOptions (scale, softcap), DropoutOptions (dropout_p, _seed, _offset).
+struct AttentionArgs : MaskOptions, ScoreOptions, DropoutOptions {
   ConstTensor q;  // [B, Nq, Hq, d]
   ConstTensor k;  // [B, Nk, Hk, d], Hq % Hk == 0 (MQA/GQA: query head h reads key head h / (Hq/Hk))
   ConstTensor v;  // [B, Nk, Hk, dv]: the value head dim dv may differ from d (out, dout, dv carry dv)
                   // With a block table, k and v are page pools [num_pages, page_size, Hk, d / dv].
 
-  std::optional<float> scale;  // multiplies q kᵀ; empty (the default): 1/sqrt(d). Any finite value,
-                               // 0 and negative included, is used as given.
-  bool causal = false;         // bottom-right aligned: row i sees keys j <= i + Nk - Nq
-  int64_t window_left = -1, window_right = -1;  // sliding window around the diagonal; -1 unbounded
-  int64_t diagonal_offset = 0;  // moves the diagonal of the masks and ALiBi: row i is aligned with key
-                                // i + Nk - Nq + diagonal_offset (|offset| < 2^31). For a block of a
-                                // longer sequence (ring attention, chunked prefill): queries at
-                                // positions qp + i, keys at kp + j of sequences of lengths Nq', Nk'
-                                // need offset = qp - kp + (Nk' - Nq') - (Nk - Nq).
-  float softcap = 0;                            // > 0: S <- softcap * tanh(S / softcap); 0 off
   const float* alibi_slopes = nullptr;  // [Hq], or [B, Hq] with alibi_batch_stride = Hq
   int64_t alibi_batch_stride = 0;       // elements between sequences' slopes; 0: shared by all
   const int32_t* seqlens_k = nullptr;   // [B] valid keys per sequence (keys at or past it invisible)
@@ -78,15 +70,6 @@ struct AttentionArgs {
   // and partially visible; unlisted blocks are hidden and never loaded; partial blocks may carry
   // element bits. It only restricts the window rule. Left empty (the default): no block mask.
   BlockMask block_mask;
-
-  // Dropout on P (docs/semantics.md, "Dropout"): P_ij is kept with probability 1 − p by a
-  // Philox4x32-10 decision keyed by dropout_seed on stream dropout_offset + s·Hq + h
-  // (flashattn/philox.hpp), and kept values are scaled by 1/(1 − p); LSE is the undropped one.
-  // p in [0, 1); 0: off (bitwise the call without dropout). A call uses S·Hq streams: the next call
-  // gets dropout_offset + S·Hq for an independent mask.
-  float dropout_p = 0;
-  uint64_t dropout_seed = 0;
-  uint64_t dropout_offset = 0;
 };
 
 // New K/V rows appended to a KV cache by the forward call that attends over them (as

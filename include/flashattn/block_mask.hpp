@@ -66,59 +66,66 @@ struct BlockMask {
   }
 
   // Returns the position of the first entry >= kb in list l of (count, index), or the count.
+  template <class Read = ElementRead>
   FLASHATTN_HD static constexpr int32_t lower_bound(const int32_t* count, const int32_t* index, int64_t max_blocks,
-                                                    int64_t l, int64_t kb) {
+                                                    int64_t l, int64_t kb, Read read = {}) {
     if (!count) return 0;
     const int32_t* e = index + l * max_blocks;
-    int32_t lo = 0, hi = read_element(count + l);
+    int32_t lo = 0, hi = read(count + l);
     while (lo < hi) {
       const int32_t mid = lo + (hi - lo) / 2;
-      if (read_element(e + mid) < kb) lo = mid + 1; else hi = mid;
+      if (read(e + mid) < kb) lo = mid + 1; else hi = mid;
     }
     return lo;
   }
 
   // Returns the number of entries of list l of (count, index) in [kb0, kb1].
+  template <class Read = ElementRead>
   FLASHATTN_HD static constexpr int64_t listed(const int32_t* count, const int32_t* index, int64_t max_blocks,
-                                               int64_t l, int64_t kb0, int64_t kb1) {
+                                               int64_t l, int64_t kb0, int64_t kb1, Read read = {}) {
     if (!count) return 0;
-    return lower_bound(count, index, max_blocks, l, kb1 + 1) - lower_bound(count, index, max_blocks, l, kb0);
+    return lower_bound(count, index, max_blocks, l, kb1 + 1, read) - lower_bound(count, index, max_blocks, l, kb0, read);
   }
 
   // Returns the kind of key block kb for query block qb of sequence s, query head h.
-  FLASHATTN_HD constexpr BlockKind kind(int64_t s, int64_t h, int64_t qb, int64_t kb) const {
+  template <class Read = ElementRead>
+  FLASHATTN_HD constexpr BlockKind kind(int64_t s, int64_t h, int64_t qb, int64_t kb, Read read = {}) const {
     const int64_t l = list(s, h, qb);
-    if (listed(full_count, full_index, max_blocks, l, kb, kb)) return BlockKind::full;
-    if (listed(partial_count, partial_index, max_blocks, l, kb, kb)) return BlockKind::partial;
+    if (listed(full_count, full_index, max_blocks, l, kb, kb, read)) return BlockKind::full;
+    if (listed(partial_count, partial_index, max_blocks, l, kb, kb, read)) return BlockKind::partial;
     return BlockKind::hidden;
   }
 
   // Returns bit (s, i, h, j) of the element mask (call only when bits.data is set).
-  FLASHATTN_HD constexpr bool bit(int64_t s, int64_t h, int64_t i, int64_t j) const {
+  template <class Read = ElementRead>
+  FLASHATTN_HD constexpr bool bit(int64_t s, int64_t h, int64_t i, int64_t j, Read read = {}) const {
     const int64_t row = (bits.batch == 1 ? 0 : s) * bits.stride_batch + (bits.seq == 1 ? 0 : i) * bits.stride_seq +
                         (bits.heads == 1 ? 0 : h) * bits.stride_head;
-    return (read_element(bits.data + row + j / 8) >> (j % 8)) & 1;
+    return (read(bits.data + row + j / 8) >> (j % 8)) & 1;
   }
 
   // Returns whether the block mask shows element (row i, key j) of sequence s, query head h (the
   // window rule is not applied here: visible_element below combines both).
-  FLASHATTN_HD constexpr bool visible(int64_t s, int64_t h, int64_t i, int64_t j) const {
-    const BlockKind k = kind(s, h, i / block_q, j / block_k);
+  template <class Read = ElementRead>
+  FLASHATTN_HD constexpr bool visible(int64_t s, int64_t h, int64_t i, int64_t j, Read read = {}) const {
+    const BlockKind k = kind(s, h, i / block_q, j / block_k, read);
     if (k == BlockKind::full) return true;
-    return k == BlockKind::partial && (!bits.data || bit(s, h, i, j));
+    return k == BlockKind::partial && (!bits.data || bit(s, h, i, j, read));
   }
 
   // Classifies the tile of rows [r0, r1) x keys [c0, c1) (non-empty, r0 >= 0, c0 >= 0) of sequence s,
   // query head h by the block mask alone: empty iff no block it meets is listed; full iff every
   // block it meets is listed and none needs its bits (a partial block with bits.data set); else
   // partial. Exact for the blocks; a partial tile may still have every element visible.
-  FLASHATTN_HD constexpr TileKind classify(int64_t s, int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
+  template <class Read = ElementRead>
+  FLASHATTN_HD constexpr TileKind classify(int64_t s, int64_t h, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                           Read read = {}) const {
     const int64_t kb0 = c0 / block_k, kb1 = (c1 - 1) / block_k;
     bool any = false, all = true;
     for (int64_t qb = r0 / block_q; qb <= (r1 - 1) / block_q; ++qb) {
       const int64_t l = list(s, h, qb);
-      const int64_t nf = listed(full_count, full_index, max_blocks, l, kb0, kb1);
-      const int64_t np = listed(partial_count, partial_index, max_blocks, l, kb0, kb1);
+      const int64_t nf = listed(full_count, full_index, max_blocks, l, kb0, kb1, read);
+      const int64_t np = listed(partial_count, partial_index, max_blocks, l, kb0, kb1, read);
       any = any || nf + np > 0;
       all = all && nf + np == kb1 - kb0 + 1 && !(np > 0 && bits.data);
     }
@@ -135,18 +142,20 @@ FLASHATTN_HD constexpr TileKind combine_tiles(TileKind rule, TileKind blocks) {
 
 // Returns the kind of tile rows [r0, r1) x keys [c0, c1) of sequence s, query head h under the
 // window rule m and the block mask b (unused: the rule alone). The one tile test of every backend.
+template <class Read = ElementRead>
 FLASHATTN_HD constexpr TileKind classify_tile(const Mask& m, const BlockMask& b, int64_t s, int64_t h, int64_t r0,
-                                              int64_t r1, int64_t c0, int64_t c1) {
+                                              int64_t r1, int64_t c0, int64_t c1, Read read = {}) {
   const TileKind rule = m.classify(r0, r1, c0, c1);
   if (rule == TileKind::empty || !b.used()) return rule;
-  return combine_tiles(rule, b.classify(s, h, r0, r1, c0, c1));
+  return combine_tiles(rule, b.classify(s, h, r0, r1, c0, c1, read));
 }
 
 // Returns whether row i of sequence s, query head h sees key j under the window rule m and the
 // block mask b. The one element test of every backend.
+template <class Read = ElementRead>
 FLASHATTN_HD constexpr bool visible_element(const Mask& m, const BlockMask& b, int64_t s, int64_t h, int64_t i,
-                                            int64_t j) {
-  return m.visible(i, j) && (!b.used() || b.visible(s, h, i, j));
+                                            int64_t j, Read read = {}) {
+  return m.visible(i, j) && (!b.used() || b.visible(s, h, i, j, read));
 }
 
 }  // namespace flashattn

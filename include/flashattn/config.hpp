@@ -11,21 +11,15 @@
 
 namespace flashattn {
 
-// Observes the reads of read_element on the host (null: none). The GPU kernels' host emulator sets
-// it while an emulated block runs, to check each read against the call's buffers; nothing else
-// should.
-using ReadObserver = void (*)(const void* p, std::size_t bytes);
-inline ReadObserver read_observer = nullptr;
-
-// Returns *p: one element of an array that the shared helpers of these headers take by pointer
-// (sequence lengths, block lists, block-mask bits), read on the host or the device. Host reads are
-// shown to read_observer first, when one is set.
-template <class T>
-FLASHATTN_HD constexpr T read_element(const T* p) {
-#ifndef __CUDA_ARCH__
-  if (read_observer) read_observer(p, sizeof(T));
-#endif
-  return *p;
-}
+// Reads one element of an array that a shared helper of these headers takes by pointer (sequence
+// lengths, block lists, block-mask bits), on the host or the device. Those helpers take their
+// reader as a template argument, this one by default; the GPU kernels pass theirs, which reads
+// through their own load (so that the kernels' host emulator checks each read like theirs).
+struct ElementRead {
+  template <class T>
+  FLASHATTN_HD constexpr T operator()(const T* p) const {
+    return *p;
+  }
+};
 
 }  // namespace flashattn

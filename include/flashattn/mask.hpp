@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "flashattn/config.hpp"
+#include "flashattn/options.hpp"
 
 namespace flashattn {
 
@@ -45,6 +46,9 @@ struct Mask {
     const int64_t left = window_left > widest ? widest : window_left;
     const int64_t right = causal ? 0 : (window_right > widest ? widest : window_right);
     return Mask{seqlen_q, seqlen_k, left, right, offset};
+  }
+  FLASHATTN_HD static constexpr Mask make(int64_t seqlen_q, int64_t seqlen_k, const MaskOptions& o) {
+    return make(seqlen_q, seqlen_k, o.causal, o.window_left, o.window_right, o.diagonal_offset);
   }
 
   // Returns the key aligned with query row 0.

@@ -29,25 +29,26 @@ inline int64_t num_sequences(const AttentionArgs& a) {
 }
 
 // Returns sequence s from the call's sizes and side arrays (cu_seqlens_q/k and seqlens_k, each
-// null when unused). Host and device: the GPU passes its device copies of the arrays.
+// null when unused), read by `read`. Host and device: the GPU passes its device copies of the arrays.
+template <class Read = ElementRead>
 FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_seq, const int32_t* cu_seqlens_q,
-                                           const int32_t* cu_seqlens_k, const int32_t* seqlens_k, bool causal,
-                                           int64_t window_left, int64_t window_right, int64_t diagonal_offset) {
+                                           const int32_t* cu_seqlens_k, const int32_t* seqlens_k,
+                                           const MaskOptions& mask, Read read = {}) {
   Sequence r;
   r.index = s;
   int64_t nq = q_seq, nk = k_seq;
   if (cu_seqlens_q) {
     r.batch = 0;
-    r.q_start = read_element(cu_seqlens_q + s);
-    r.k_start = read_element(cu_seqlens_k + s);
-    nq = read_element(cu_seqlens_q + s + 1) - r.q_start;
-    nk = read_element(cu_seqlens_k + s + 1) - r.k_start;
+    r.q_start = read(cu_seqlens_q + s);
+    r.k_start = read(cu_seqlens_k + s);
+    nq = read(cu_seqlens_q + s + 1) - r.q_start;
+    nk = read(cu_seqlens_k + s + 1) - r.k_start;
   } else {
     r.batch = s;
   }
   r.k_rows = nk;
-  if (seqlens_k) nk = read_element(seqlens_k + s);
-  r.mask = Mask::make(nq, nk, causal, window_left, window_right, diagonal_offset);
+  if (seqlens_k) nk = read(seqlens_k + s);
+  r.mask = Mask::make(nq, nk, mask);
   return r;
 }
 
@@ -57,8 +58,7 @@ FLASHATTN_HD inline Sequence make_sequence(int64_t s, int64_t q_seq, int64_t k_s
 // k_start is 0: locate its keys with key_row.
 inline Sequence sequence(const AttentionArgs& a, int64_t s) {
   const int64_t k_seq = a.block_table ? a.block_table_pages * a.k.seq : a.k.seq;
-  return make_sequence(s, a.q.seq, k_seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a.causal, a.window_left,
-                       a.window_right, a.diagonal_offset);
+  return make_sequence(s, a.q.seq, k_seq, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, a);
 }
 
 // Where key j of a sequence lives in k and v: batch index (the page with a block table) and row.

@@ -40,75 +40,82 @@ def _last_contiguous(x: Optional[Tensor]) -> Optional[Tensor]:
     return x if x is None or x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
 
 
-def _options(causal, window_left, window_right, diagonal_offset, scale, softcap, alibi_slopes, seqlens_k,
-             cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, bias, dropout_p, dropout_seed,
-             dropout_offset):
-    return dict(causal=causal, window=(window_left, window_right), diagonal_offset=diagonal_offset, scale=scale,
-                softcap=softcap, alibi_slopes=alibi_slopes, seqlens_k=seqlens_k, cu_seqlens_q=cu_seqlens_q,
-                cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, sinks=sinks,
-                bias=_last_contiguous(bias), dropout_p=dropout_p, dropout_seed=dropout_seed,
-                dropout_offset=dropout_offset)
+# The ops' option parameters, derived from flashattn's declared list (_core.ATTENTION_OPTIONS): the
+# C++ field names (window as window_left, window_right) with their schema types.
+_SCHEMA_TYPES = {"bool": "bool", "int": "int", "float": "float", "optional_float": "float?", "array": "Tensor?"}
 
 
-@torch.library.custom_op("flashattn::attention_fwd", mutates_args=())
-def attention_fwd(
-    q: Tensor, k: Tensor, v: Tensor, causal: bool, window_left: int, window_right: int, diagonal_offset: int,
-    scale: Optional[float], softcap: float, alibi_slopes: Optional[Tensor], seqlens_k: Optional[Tensor],
-    cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
-    sinks: Optional[Tensor], bias: Optional[Tensor], dropout_p: float, dropout_seed: int, dropout_offset: int,
-) -> tuple[Tensor, Tensor]:
+def _op_options() -> tuple[tuple[str, str], ...]:
+    params: list[tuple[str, str]] = []
+    for o in _core.ATTENTION_OPTIONS:
+        if o.kind == "window":
+            params += [("window_left", "int"), ("window_right", "int")]
+        else:
+            params.append((o.name, _SCHEMA_TYPES[o.kind]))
+    return tuple(params)
+
+
+_OP_OPTIONS = _op_options()
+_OPTION_NAMES = tuple(name for name, _ in _OP_OPTIONS)
+_OPTIONS_SCHEMA = ", ".join(f"{kind} {name}" for name, kind in _OP_OPTIONS)
+
+
+def _keywords(values) -> dict:
+    """flashattn.forward/backward keywords of the ops' option arguments (in _OPTION_NAMES order)."""
+    o = dict(zip(_OPTION_NAMES, values))
+    o["window"] = (o.pop("window_left"), o.pop("window_right"))
+    o["bias"] = _last_contiguous(o["bias"])
+    return o
+
+
+def _attention_fwd(q: Tensor, k: Tensor, v: Tensor, *options) -> tuple[Tensor, Tensor]:
     q, k, v = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v)
     out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
     lse = q.new_empty(_lse_shape(q), dtype=torch.float32)
-    _core.forward(q, k, v, out=out, lse=lse,
-                  **_options(causal, window_left, window_right, diagonal_offset, scale, softcap, alibi_slopes,
-                             seqlens_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, bias,
-                             dropout_p, dropout_seed, dropout_offset))
+    _core.forward(q, k, v, out=out, lse=lse, **_keywords(options))
     return out, lse
 
 
+attention_fwd = torch.library.custom_op(
+    "flashattn::attention_fwd", _attention_fwd, mutates_args=(),
+    schema=f"(Tensor q, Tensor k, Tensor v, {_OPTIONS_SCHEMA}) -> (Tensor, Tensor)")
+
+
 @attention_fwd.register_fake
-def _(q, k, v, causal, window_left, window_right, diagonal_offset, scale, softcap, alibi_slopes, seqlens_k,
-      cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, bias, dropout_p, dropout_seed, dropout_offset):
+def _(q, k, v, *options):
     out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
     lse = q.new_empty(_lse_shape(q), dtype=torch.float32)
     return out, lse
 
 
-@torch.library.custom_op("flashattn::attention_bwd", mutates_args=())
-def attention_bwd(
-    dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, causal: bool, window_left: int,
-    window_right: int, diagonal_offset: int, scale: Optional[float], softcap: float, alibi_slopes: Optional[Tensor],
-    seqlens_k: Optional[Tensor], cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
-    max_seqlen_k: int, sinks: Optional[Tensor], bias: Optional[Tensor], dropout_p: float, dropout_seed: int,
-    dropout_offset: int, bias_grad: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """-> dq, dk, dv, dsinks (shape [0] without sinks), dbias (shape [0] unless bias_grad)."""
-    dout, q, k, v, out = (_last_contiguous(x) for x in (dout, q, k, v, out))
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dsinks = q.new_empty((sinks.shape[0] if sinks is not None else 0,), dtype=torch.float32)
-    dbias = bias.new_empty(bias.shape) if bias is not None and bias_grad else q.new_empty((0,))
-    _core.backward(dout, q, k, v, out, lse.contiguous(), dq=dq, dk=dk, dv=dv,
-                   dsinks=dsinks if sinks is not None else None, dbias=dbias if dbias.dim() == 4 else None,
-                   return_dbias=False,
-                   **_options(causal, window_left, window_right, diagonal_offset, scale, softcap, alibi_slopes,
-                              seqlens_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, bias,
-                              dropout_p, dropout_seed, dropout_offset))
-    return dq, dk, dv, dsinks, dbias
-
-
-@attention_bwd.register_fake
-def _(dout, q, k, v, out, lse, causal, window_left, window_right, diagonal_offset, scale, softcap, alibi_slopes,
-      seqlens_k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, bias, dropout_p, dropout_seed,
-      dropout_offset, bias_grad):
+def _gradient_buffers(q, k, v, sinks, bias, bias_grad):
     dsinks = q.new_empty((sinks.shape[0] if sinks is not None else 0,), dtype=torch.float32)
     dbias = bias.new_empty(bias.shape) if bias is not None and bias_grad else q.new_empty((0,))
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks, dbias
 
 
-_OPTION_NAMES = ("causal", "window_left", "window_right", "diagonal_offset", "scale", "softcap", "alibi_slopes",
-                 "seqlens_k", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "sinks", "bias",
-                 "dropout_p", "dropout_seed", "dropout_offset")
+def _attention_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias_grad: bool,
+                   *options) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """-> dq, dk, dv, dsinks (shape [0] without sinks), dbias (shape [0] unless bias_grad)."""
+    dout, q, k, v, out = (_last_contiguous(x) for x in (dout, q, k, v, out))
+    o = _keywords(options)
+    dq, dk, dv, dsinks, dbias = _gradient_buffers(q, k, v, o["sinks"], o["bias"], bias_grad)
+    _core.backward(dout, q, k, v, out, lse.contiguous(), dq=dq, dk=dk, dv=dv,
+                   dsinks=dsinks if o["sinks"] is not None else None, dbias=dbias if dbias.dim() == 4 else None,
+                   return_dbias=False, **o)
+    return dq, dk, dv, dsinks, dbias
+
+
+attention_bwd = torch.library.custom_op(
+    "flashattn::attention_bwd", _attention_bwd, mutates_args=(),
+    schema=f"(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool bias_grad, {_OPTIONS_SCHEMA})"
+           " -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+
+@attention_bwd.register_fake
+def _(dout, q, k, v, out, lse, bias_grad, *options):
+    o = dict(zip(_OPTION_NAMES, options))
+    return _gradient_buffers(q, k, v, o["sinks"], o["bias"], bias_grad)
 
 
 def _setup_context(ctx, inputs, output):
@@ -125,7 +132,7 @@ def _backward(ctx, grad_out, grad_lse):
     o = ctx.options
     bias = o["bias"]
     bias_grad = bias is not None and ctx.needs_input_grad[3 + _OPTION_NAMES.index("bias")]
-    dq, dk, dv, dsinks, dbias = attention_bwd(grad_out, q, k, v, out, lse, bias_grad=bias_grad, **o)
+    dq, dk, dv, dsinks, dbias = attention_bwd(grad_out, q, k, v, out, lse, bias_grad, *(o[n] for n in _OPTION_NAMES))
     grads = dict.fromkeys(_OPTION_NAMES)
     if o["sinks"] is not None:
         grads["sinks"] = dsinks
@@ -137,21 +144,13 @@ def _backward(ctx, grad_out, grad_lse):
 attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def attention(
-    q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, window: Optional[tuple[int, int]] = None,
-    diagonal_offset: int = 0, scale: Optional[float] = None, softcap: float = 0.0,
-    alibi_slopes: Optional[Tensor] = None, seqlens_k: Optional[Tensor] = None, cu_seqlens_q: Optional[Tensor] = None,
-    cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0, max_seqlen_k: int = 0,
-    sinks: Optional[Tensor] = None, bias: Optional[Tensor] = None, dropout_p: float = 0.0, dropout_seed: int = 0,
-    dropout_offset: int = 0, return_lse: bool = False,
-):
+@_core._with_option_keywords
+def attention(q: Tensor, k: Tensor, v: Tensor, *, return_lse: bool = False, **options):
     """Attention over q [B, Nq, Hq, d], k [B, Nk, Hk, d], v [B, Nk, Hk, dv] (rank 3 [total, H, d]
     with cu_seqlens_q/k for varlen): out [B, Nq, Hq, dv], and lse [B, Hq, Nq] (float32, not
     differentiable) with return_lse. Differentiable in q, k, v, sinks (fp32 [Hq]) and bias
     ([S|1, Nq|1, Hq|1, Nk]: a torch [B, H, Nq, Nk] mask is bias=mask.transpose(1, 2)). Options as
     flashattn.forward (docs/semantics.md): causal is bottom-right aligned; window=(left, right)."""
-    left, right = (-1, -1) if window is None else window
-    out, lse = attention_fwd(q, k, v, causal, int(left), int(right), int(diagonal_offset), scale, float(softcap),
-                             alibi_slopes, seqlens_k, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                             int(max_seqlen_k), sinks, bias, float(dropout_p), int(dropout_seed), int(dropout_offset))
+    fields = _core._attention_options(options, "flashattn.torch.attention")
+    out, lse = attention_fwd(q, k, v, *(fields[n] for n in _OPTION_NAMES))
     return (out, lse) if return_lse else out

@@ -2,8 +2,9 @@
 //
 // One generic entry point per pass takes the call's arguments as a dict {name: value} whose names
 // are the C++ field names of AttentionArgs / ForwardArgs / BackwardArgs (flashattn/args.hpp). Each
-// field is one row of a table below (kAttentionFields, kForwardFields, kBackwardFields): adding a
-// field to the C++ structs means adding one row here and one keyword in flashattn/_core.py.
+// value option (flashattn/options.hpp) is set through the options' declared list; every other field
+// is one row of a table below (kAttentionFields, kForwardFields, kBackwardFields). Adding a value
+// option needs nothing here; an array field one row here; either one keyword in flashattn/_core.py.
 // Arrays arrive as anything nanobind's ndarray accepts (DLPack, the buffer protocol: numpy, torch)
 // and are used in place with their strides: nothing is copied. Arrays of raw-pointer fields (lse,
 // seqlens_k, ...) must be contiguous and have exactly the element count the call reads or writes,
@@ -18,10 +19,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -189,12 +192,6 @@ const Field kAttentionFields[] = {
     {"q", [](Call& c, nb::handle h) { c.common->q = input(c, "q", h); }},
     {"k", [](Call& c, nb::handle h) { c.common->k = input(c, "k", h); }},
     {"v", [](Call& c, nb::handle h) { c.common->v = input(c, "v", h); }},
-    {"scale", [](Call& c, nb::handle h) { c.common->scale = nb::cast<float>(h); }},
-    {"causal", [](Call& c, nb::handle h) { c.common->causal = nb::cast<bool>(h); }},
-    {"window_left", [](Call& c, nb::handle h) { c.common->window_left = i64(h); }},
-    {"window_right", [](Call& c, nb::handle h) { c.common->window_right = i64(h); }},
-    {"diagonal_offset", [](Call& c, nb::handle h) { c.common->diagonal_offset = i64(h); }},
-    {"softcap", [](Call& c, nb::handle h) { c.common->softcap = nb::cast<float>(h); }},
     {"alibi_slopes",
      [](Call& c, nb::handle h) {
        AttentionArgs* a = c.common;
@@ -242,11 +239,8 @@ const Field kAttentionFields[] = {
        a->block_table = flat_in<int32_t>(c, "block_table", h, I, [a] { return a->q.batch * a->block_table_pages; });
      }},
     {"bias", [](Call& c, nb::handle h) { c.common->bias = input(c, "bias", h); }},
-    {"dropout_p", [](Call& c, nb::handle h) { c.common->dropout_p = nb::cast<float>(h); }},
-    {"dropout_seed", [](Call& c, nb::handle h) { c.common->dropout_seed = nb::cast<uint64_t>(h); }},
-    {"dropout_offset", [](Call& c, nb::handle h) { c.common->dropout_offset = nb::cast<uint64_t>(h); }},
-    // New AttentionArgs fields go here (e.g. the block-sparse mask: one row that reads its arrays
-    // with input()/flat_in() and sets the struct; and its keyword in flashattn/_core.py).
+    // New array fields of AttentionArgs go here (one row that reads its arrays with input()/flat_in()
+    // and sets the struct); value options need no row (set_value_option).
 };
 
 const Field kForwardFields[] = {
@@ -314,6 +308,22 @@ const Field kBackwardFields[] = {
     {"dbias", [](Call& c, nb::handle h) { c.bwd->dbias = output(c, "dbias", h); }},
 };
 
+// Sets the value option `name` of the call (flashattn/options.hpp's declared list) from `h`;
+// returns false when the call has no value option of that name.
+bool set_value_option(AttentionArgs& a, const std::string& name, nb::handle h) {
+  bool found = false;
+  flashattn::for_each_value_option(a, [&](const char* option, auto& field) {
+    if (found || name != option) return;
+    found = true;
+    using T = std::decay_t<decltype(field)>;
+    if constexpr (std::is_same_v<T, std::optional<float>>)
+      field = nb::cast<float>(h);
+    else
+      field = nb::cast<T>(h);
+  });
+  return found;
+}
+
 template <size_t N>
 const Field* find(const Field (&table)[N], const std::string& name) {
   for (const Field& f : table)
@@ -330,9 +340,11 @@ void fill(Call& c, nb::dict args, nb::handle bf16) {
     if (value.is_none()) continue;
     const Field* f = c.fwd ? find(kForwardFields, name) : find(kBackwardFields, name);
     if (!f) f = find(kAttentionFields, name);
-    if (!f) type_error("unknown argument '" + name + "' for a " + (c.fwd ? "forward" : "backward") + " call");
     try {
-      f->set(c, value);
+      if (f)
+        f->set(c, value);
+      else if (!set_value_option(*c.common, name, value))
+        type_error("unknown argument '" + name + "' for a " + (c.fwd ? "forward" : "backward") + " call");
     } catch (const nb::cast_error&) {
       type_error("argument '" + name + "' has the wrong type (" + nb::type_name(value.type()).c_str() + ")");
     }
@@ -532,6 +544,8 @@ nb::dict inspect_view(nb::handle h, bool bf16, bool cuda) {
 nb::list field_names(const std::string& pass) {
   nb::list l;
   for (const Field& f : kAttentionFields) l.append(f.name);
+  AttentionArgs defaults;
+  flashattn::for_each_value_option(defaults, [&l](const char* name, const auto&) { l.append(name); });
   if (pass == "forward")
     for (const Field& f : kForwardFields) l.append(f.name);
   else

@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flashattn.torch as ft  # noqa: E402
+from flashattn._core import _attention_options  # noqa: E402
 from flashattn.testing import assert_close  # noqa: E402
 
 CASES = {
@@ -31,15 +32,9 @@ def make(shape, dtype=torch.float32, grad=True):
 
 
 def op_args(q, k, v, options):
-    o = dict(causal=False, window_left=-1, window_right=-1, diagonal_offset=0, scale=None, softcap=0.0,
-             alibi_slopes=None, seqlens_k=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
-             sinks=None, bias=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0)
-    for key, val in options.items():
-        if key == "window":
-            o["window_left"], o["window_right"] = val
-        else:
-            o[key] = val
-    return (q, k, v) + tuple(o.values())
+    """The ops' positional arguments for flashattn keywords (the order is the ops' schema's)."""
+    fields = _attention_options(options)
+    return (q, k, v) + tuple(fields[n] for n in ft._OPTION_NAMES)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -76,7 +71,8 @@ def test_opcheck(name):
     with torch.no_grad():
         out, lse = ft.attention_fwd(*op_args(q.detach(), k.detach(), v.detach(), case["options"]))
     dout = torch.randn_like(out)
-    bargs = (dout,) + args[:3] + (out, lse) + args[3:] + (args[3 + 13] is not None,)
+    bias_grad = args[3 + ft._OPTION_NAMES.index("bias")] is not None
+    bargs = (dout,) + args[:3] + (out, lse, bias_grad) + args[3:]
     torch.library.opcheck(ft.attention_bwd, tuple(x.detach() if isinstance(x, torch.Tensor) else x for x in bargs))
 
 

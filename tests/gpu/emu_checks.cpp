@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "emu/emu.hpp"
+#include "flashattn/block_mask.hpp"
 #include "mma.cuh"
 
 // A named namespace: the reports name kernels from the exported symbol table.
@@ -105,7 +106,8 @@ TEST_CASE("emu checks: each planted bug is reported, under every schedule") {
   }
 }
 
-// Plain loads and stores (ld, st) and the flashattn/ helpers' read_element: the bug of each variant
+// Plain loads and stores (ld, st), and a flashattn/ helper reading a device array with the kernels'
+// reader (DeviceRead): the bug of each variant
 // of `plain_exchange` below.
 enum class PlainBug { none, global_load_past_end, global_store_past_end, misaligned_load, no_barrier, uninitialised,
                       store_past_smem, helper_read_past_end };
@@ -115,6 +117,13 @@ struct PlainParams {
   uint32_t* dst;        // kThreads words
   PlainBug bug;
 };
+
+// Reads the list count one past the kThreads words at src, through a block-mask helper.
+uint32_t helper_read_past_end(const uint32_t* src) {
+  const int32_t* count = reinterpret_cast<const int32_t*>(src);
+  return static_cast<uint32_t>(
+      flashattn::BlockMask::lower_bound(count, count, 1, kThreads, 0, flashattn::gpu::detail::DeviceRead{}));
+}
 
 // Each thread stores its source word to shared memory (st), then after a barrier loads the word of
 // the thread 32 places on (ld) and stores it to dst: dst[tid] = src[(tid + 32) % kThreads].
@@ -128,7 +137,7 @@ void plain_exchange(const PlainParams p) {
   const uint32_t mine = p.bug == PlainBug::global_load_past_end && last ? ld(p.src + kThreads)
                         : p.bug == PlainBug::misaligned_load && last
                             ? ld(reinterpret_cast<const uint32_t*>(reinterpret_cast<const unsigned char*>(p.src) + 2))
-                        : p.bug == PlainBug::helper_read_past_end && last ? flashattn::read_element(p.src + kThreads)
+                        : p.bug == PlainBug::helper_read_past_end && last ? helper_read_past_end(p.src)
                                                                            : ld(p.src + tid);
   if (p.bug == PlainBug::store_past_smem && last)
     st(words + kSmem / 4, mine);
@@ -169,7 +178,9 @@ TEST_CASE("emu checks: plain loads and stores (ld, st) are checked like the wrap
     CHECK(contains(race, "a store (st) by thread"));  // the storing thread is known
     CHECK(contains(run_plain(PlainBug::uninitialised, seed, dst), "nothing wrote in this block (uninitialised)"));
     CHECK(contains(run_plain(PlainBug::store_past_smem, seed, dst), "outside the dynamic shared size"));
-    CHECK(contains(run_plain(PlainBug::helper_read_past_end, seed, dst), "by a flashattn/ helper"));
+    const std::string helper = run_plain(PlainBug::helper_read_past_end, seed, dst);
+    CHECK(contains(helper, "a load (ld) by thread 63"));
+    CHECK(contains(helper, "global bytes [256, 260) of src (256 bytes) are out of bounds"));
   }
 }
 

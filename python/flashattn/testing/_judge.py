@@ -6,15 +6,11 @@ from typing import Any
 import numpy as np
 
 from .. import _flashattn
-from .._core import Gradients, _call_args, _empty, _is_torch
+from .._core import ATTENTION_OPTIONS, Gradients, _attention_options, _call_args, _empty, _is_torch
 from .._core import forward as _forward
 
-# Keywords of the options shared by both passes (flashattn.forward's names).
-OPTION_NAMES = (
-    "causal", "window", "diagonal_offset", "scale", "softcap", "alibi_slopes", "seqlens_k", "cu_seqlens_q",
-    "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "sinks", "block_table", "bias", "dropout_p", "dropout_seed",
-    "dropout_offset",
-)
+# Keywords of the options shared by both passes (flashattn.forward's declared list).
+OPTION_NAMES = tuple(o.name for o in ATTENTION_OPTIONS)
 
 
 def to_host(x: Any) -> Any:
@@ -33,14 +29,9 @@ def to_host(x: Any) -> Any:
 
 
 def _options(options: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(options) - set(OPTION_NAMES)
-    if unknown:
-        raise TypeError(f"flashattn.testing: unknown option(s) {sorted(unknown)}; known: {OPTION_NAMES}")
-    o = {k: to_host(v) for k, v in options.items() if v is not None}
-    if "window" in o:
-        left, right = o.pop("window")
-        o["window_left"], o["window_right"] = int(left), int(right)
-    return o
+    """The C++ fields of the options (flashattn.forward's keywords), arrays on the host."""
+    o = _attention_options(options, "flashattn.testing")
+    return {k: to_host(v) for k, v in o.items() if v is not None}
 
 
 class _Reference:
