@@ -10,8 +10,9 @@
 
 Bad arguments raise ValueError (flashattn::Error's message) or TypeError. docs/python.md.
 """
-from ._core import Gradients, backward, forward
+from ._core import BlockMask, Gradients, backward, block_mask_from_dense, forward
 from ._flashattn import cpu_targets, has_gpu
 
 __version__ = "0.1.0"
-__all__ = ["forward", "backward", "Gradients", "has_gpu", "cpu_targets", "__version__"]
+__all__ = ["forward", "backward", "Gradients", "BlockMask", "block_mask_from_dense", "has_gpu", "cpu_targets",
+           "__version__"]

@@ -25,11 +25,44 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+class BlockMask(NamedTuple):
+    """A block-sparse mask (docs/semantics.md, "Block-sparse masks"): per (sequence, query head,
+    block of block_q rows) the key blocks (of block_k keys) that are fully and partially visible;
+    unlisted blocks are hidden and never read. full_count / partial_count: int32
+    [sequences|1, heads|1, q_blocks]; full_index / partial_index: int32 [..., max_blocks], each list
+    strictly increasing (a pair is given together or not at all); bits: optional uint8
+    [sequences|1, rows|1, heads|1, ceil(keys / 8)], bit j % 8 of byte j // 8 = key j visible, read
+    for partial blocks only. A size of 1 is shared by every sequence / head / row.
+    block_mask_from_dense builds one from a boolean mask."""
+
+    block_q: int
+    block_k: int
+    full_count: Any = None
+    full_index: Any = None
+    partial_count: Any = None
+    partial_index: Any = None
+    bits: Any = None
+
+
+def block_mask_from_dense(dense: Any, block_q: int, block_k: int) -> BlockMask:
+    """The block mask of a dense boolean mask [sequences, rows, heads, keys] (True: visible): a
+    block is full when all its elements are visible, partial (with its bits) when some are, unlisted
+    when none is. Arrays are numpy; dense may be numpy or a CPU torch tensor."""
+    if _is_torch(dense):
+        dense = dense.detach().cpu().numpy()
+    dense = np.ascontiguousarray(dense)
+    if dense.dtype != np.bool_ and dense.dtype != np.uint8:
+        dense = dense != 0
+    return BlockMask(**_flashattn.block_mask_from_dense(dense, int(block_q), int(block_k)))
+
+
 def _prepare(name: str, x: Any, bf16: list[str]) -> Any:
     """Returns what the extension takes for x: arrays as they are (numpy bf16 as a uint16 view,
     torch tensors detached: both zero-copy), lists as numpy arrays."""
     if x is None or isinstance(x, (bool, int, float)):
         return x
+    if isinstance(x, BlockMask):
+        return x._replace(**{f: _prepare(f, getattr(x, f), bf16) for f in BlockMask._fields[2:]})
     if _is_torch(x):
         return x.detach() if x.requires_grad else x
     if isinstance(x, np.ndarray):
@@ -38,7 +71,9 @@ def _prepare(name: str, x: Any, bf16: list[str]) -> Any:
             return x.view(np.uint16)
         return x
     if isinstance(x, (list, tuple)):
-        kind = np.int32 if name in ("seqlens_k", "cu_seqlens_q", "cu_seqlens_k", "block_table") else np.float32
+        int32 = ("seqlens_k", "cu_seqlens_q", "cu_seqlens_k", "block_table", "full_count", "full_index",
+                 "partial_count", "partial_index")
+        kind = np.int32 if name in int32 else np.uint8 if name == "bits" else np.float32
         return np.asarray(x, dtype=kind)
     return x
 
@@ -90,7 +125,8 @@ class Option(NamedTuple):
 
     name: str  # the keyword
     default: Any
-    kind: str  # "bool", "int", "float", "optional_float" (None or a float), "array", "window" ((left, right))
+    kind: str  # "bool", "int", "float", "optional_float" (None or a float), "array", "window" ((left, right)),
+    #            "block_mask" (a BlockMask of arrays)
 
 
 # The attention options shared by forward() and backward(), in keyword order (docs/python.md): the
@@ -113,6 +149,7 @@ ATTENTION_OPTIONS = (
     Option("sinks", None, "array"),
     Option("block_table", None, "array"),
     Option("bias", None, "array"),
+    Option("block_mask", None, "block_mask"),
     Option("dropout_p", 0.0, "float"),
     Option("dropout_seed", 0, "int"),
     Option("dropout_offset", 0, "int"),
@@ -133,7 +170,7 @@ def _attention_options(options: dict[str, Any], caller: str = "flashattn") -> di
         if o.kind == "window":
             left, right = (-1, -1) if x is None else x
             fields["window_left"], fields["window_right"] = int(left), int(right)
-        elif o.kind in ("array",) or x is None:
+        elif o.kind in ("array", "block_mask") or x is None:
             fields[o.name] = x
         else:
             fields[o.name] = {"bool": bool, "int": int, "float": float, "optional_float": float}[o.kind](x)

@@ -41,8 +41,12 @@ def _last_contiguous(x: Optional[Tensor]) -> Optional[Tensor]:
 
 
 # The ops' option parameters, derived from flashattn's declared list (_core.ATTENTION_OPTIONS): the
-# C++ field names (window as window_left, window_right) with their schema types.
+# C++ field names (window as window_left, window_right; a block mask as its block sizes and arrays,
+# block_q = block_k = 0 without one) with their schema types.
 _SCHEMA_TYPES = {"bool": "bool", "int": "int", "float": "float", "optional_float": "float?", "array": "Tensor?"}
+# (op parameter, BlockMask field, schema type)
+_BLOCK_MASK_PARAMS = (("block_q", "block_q", "int"), ("block_k", "block_k", "int")) + tuple(
+    (f"block_{f}", f, "Tensor?") for f in _core.BlockMask._fields[2:])
 
 
 def _op_options() -> tuple[tuple[str, str], ...]:
@@ -50,6 +54,8 @@ def _op_options() -> tuple[tuple[str, str], ...]:
     for o in _core.ATTENTION_OPTIONS:
         if o.kind == "window":
             params += [("window_left", "int"), ("window_right", "int")]
+        elif o.kind == "block_mask":
+            params += [(name, kind) for name, _, kind in _BLOCK_MASK_PARAMS]
         else:
             params.append((o.name, _SCHEMA_TYPES[o.kind]))
     return tuple(params)
@@ -60,11 +66,24 @@ _OPTION_NAMES = tuple(name for name, _ in _OP_OPTIONS)
 _OPTIONS_SCHEMA = ", ".join(f"{kind} {name}" for name, kind in _OP_OPTIONS)
 
 
+def _op_values(fields: dict, device=None) -> tuple:
+    """The ops' option arguments (in _OPTION_NAMES order) of the C++ fields of a call; a block
+    mask's arrays (numpy from block_mask_from_dense, or lists) become tensors on `device`."""
+    fields = dict(fields)
+    m = fields.pop("block_mask") or _core.BlockMask(0, 0)
+    for name, field, kind in _BLOCK_MASK_PARAMS:
+        x = getattr(m, field)
+        fields[name] = x if kind == "int" or x is None else torch.as_tensor(x, device=device)
+    return tuple(fields[n] for n in _OPTION_NAMES)
+
+
 def _keywords(values) -> dict:
     """flashattn.forward/backward keywords of the ops' option arguments (in _OPTION_NAMES order)."""
     o = dict(zip(_OPTION_NAMES, values))
     o["window"] = (o.pop("window_left"), o.pop("window_right"))
     o["bias"] = _last_contiguous(o["bias"])
+    m = _core.BlockMask(**{field: o.pop(name) for name, field, _ in _BLOCK_MASK_PARAMS})
+    o["block_mask"] = m if m.block_q or m.block_k else None
     return o
 
 
@@ -152,5 +171,5 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, return_lse: bool = False, **op
     ([S|1, Nq|1, Hq|1, Nk]: a torch [B, H, Nq, Nk] mask is bias=mask.transpose(1, 2)). Options as
     flashattn.forward (docs/semantics.md): causal is bottom-right aligned; window=(left, right)."""
     fields = _core._attention_options(options, "flashattn.torch.attention")
-    out, lse = attention_fwd(q, k, v, *(fields[n] for n in _OPTION_NAMES))
+    out, lse = attention_fwd(q, k, v, *_op_values(fields, q.device))
     return (out, lse) if return_lse else out

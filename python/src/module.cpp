@@ -177,6 +177,93 @@ constexpr auto F = nb::dlpack::dtype_code::Float;
 constexpr auto I = nb::dlpack::dtype_code::Int;
 constexpr auto U = nb::dlpack::dtype_code::UInt;
 
+int64_t i64(nb::handle h) { return nb::cast<int64_t>(h); }
+
+// Sets AttentionArgs::block_mask from a flashattn.BlockMask (block_q, block_k; full_count /
+// partial_count int32 [S|1, H|1, q_blocks] with full_index / partial_index int32 [..., max_blocks],
+// each pair both or neither; bits uint8 [S|1, rows|1, H|1, row_bytes] or None). The geometry comes
+// from the arrays' shapes; validate() checks it against the call.
+void set_block_mask(Call& c, nb::handle h) {
+  flashattn::BlockMask& m = c.common->block_mask;
+  try {
+    m.block_q = i64(h.attr("block_q"));
+    m.block_k = i64(h.attr("block_k"));
+  } catch (const nb::python_error&) {
+    type_error(std::string("block_mask must be a flashattn.BlockMask, got ") + nb::type_name(h.type()).c_str());
+  }
+  bool any_lists = false;
+  auto lists = [&](const char* count_name, const char* index_name, const char* count_attr, const char* index_attr,
+                   const int32_t*& count, const int32_t*& index) {
+    const nb::object hc = h.attr(count_attr), hi = h.attr(index_attr);
+    if (hc.is_none() && hi.is_none()) return;
+    if (hc.is_none() || hi.is_none())
+      value_error(std::string(count_name) + " and " + index_name + " must be given together");
+    const Array& ac = array(c, count_name, hc, false);
+    const Array& ai = array(c, index_name, hi, false);
+    if (ac.ndim() != 3)
+      value_error(std::string(count_name) + " must have 3 dimensions [sequences|1, heads|1, q_blocks], got " +
+                  std::to_string(ac.ndim()));
+    if (ai.ndim() != 4 || ai.shape(0) != ac.shape(0) || ai.shape(1) != ac.shape(1) || ai.shape(2) != ac.shape(2))
+      value_error(std::string(index_name) + " must have the shape of " + count_name + " plus a last dimension (max_blocks)");
+    const int64_t batch = int64_t(ac.shape(0)), heads = int64_t(ac.shape(1)), q_blocks = int64_t(ac.shape(2)),
+                  max_blocks = int64_t(ai.shape(3));
+    if (any_lists && (batch != m.batch || heads != m.heads || q_blocks != m.q_blocks || max_blocks != m.max_blocks))
+      value_error("the full and partial block lists must have the same shapes");
+    any_lists = true;
+    m.batch = batch, m.heads = heads, m.q_blocks = q_blocks, m.max_blocks = max_blocks;
+    count = flat_in<int32_t>(c, count_name, hc, I, {});
+    index = flat_in<int32_t>(c, index_name, hi, I, {});
+  };
+  lists("block_mask.full_count", "block_mask.full_index", "full_count", "full_index", m.full_count, m.full_index);
+  lists("block_mask.partial_count", "block_mask.partial_index", "partial_count", "partial_index", m.partial_count,
+        m.partial_index);
+  const nb::object hb = h.attr("bits");
+  if (!hb.is_none()) {
+    const Array& ab = array(c, "block_mask.bits", hb, false);
+    if (!is(ab.dtype(), U, 8)) type_error("block_mask.bits has dtype " + dtype_str(ab.dtype()) + "; expected uint8");
+    if (ab.ndim() != 4)
+      value_error("block_mask.bits must have 4 dimensions [sequences|1, rows|1, heads|1, row_bytes], got " +
+                  std::to_string(ab.ndim()));
+    if (ab.shape(3) > 1 && ab.stride(3) != 1) value_error("block_mask.bits' last dimension must be contiguous");
+    m.bits = flashattn::BitMask{static_cast<const uint8_t*>(ab.data()), int64_t(ab.shape(0)), int64_t(ab.shape(1)),
+                                int64_t(ab.shape(2)), ab.stride(0), ab.stride(1), ab.stride(2)};
+  }
+}
+
+// Returns the block mask flashattn::block_mask_from_dense builds from `dense` (uint8 or bool
+// [sequences, rows, heads, keys], keys contiguous) as a dict of numpy arrays and its geometry.
+nb::dict block_mask_from_dense(nb::ndarray<nb::ro, nb::device::cpu> dense, int64_t block_q, int64_t block_k) {
+  const auto t = dense.dtype();
+  if (!is(t, U, 8) && !is(t, nb::dlpack::dtype_code::Bool, 8))
+    type_error("dense has dtype " + dtype_str(t) + "; expected bool or uint8");
+  if (dense.ndim() != 4) value_error("dense must have 4 dimensions [sequences, rows, heads, keys]");
+  if (dense.shape(3) > 1 && dense.stride(3) != 1) value_error("dense's last dimension must be contiguous");
+  if (block_q < 1 || block_k < 1)
+    value_error("block_q (" + std::to_string(block_q) + ") and block_k (" + std::to_string(block_k) + ") must be >= 1");
+  const flashattn::BlockMaskBuffers b = flashattn::block_mask_from_dense(
+      static_cast<const uint8_t*>(dense.data()), int64_t(dense.shape(0)), int64_t(dense.shape(1)), int64_t(dense.shape(2)),
+      int64_t(dense.shape(3)), dense.stride(0), dense.stride(1), dense.stride(2), block_q, block_k);
+  auto numpy = [](const auto& v, std::initializer_list<size_t> shape) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    auto* copy = new std::vector<T>(v);
+    nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+    return nb::ndarray<nb::numpy, T>(copy->data(), shape.size(), shape.begin(), owner).cast();
+  };
+  const size_t s = size_t(b.batch), h = size_t(b.heads), qb = size_t(b.q_blocks), mb = size_t(b.max_blocks);
+  nb::dict d;
+  d["block_q"] = b.block_q;
+  d["block_k"] = b.block_k;
+  d["full_count"] = numpy(b.full_count, {s, h, qb});
+  d["full_index"] = numpy(b.full_index, {s, h, qb, mb});
+  d["partial_count"] = numpy(b.partial_count, {s, h, qb});
+  d["partial_index"] = numpy(b.partial_index, {s, h, qb, mb});
+  if (b.bits.empty())
+    d["bits"] = nb::none();
+  else
+    d["bits"] = numpy(b.bits, {s, size_t(b.bit_rows), h, size_t(b.row_bytes)});
+  return d;
+}
+
 // ---- The field tables ------------------------------------------------------------------------------
 // Each row: the C++ field name (also the Python keyword) and how a Python value sets it. None means
 // "not set" and never reaches a setter.
@@ -185,8 +272,6 @@ struct Field {
   const char* name;
   Setter set;
 };
-
-int64_t i64(nb::handle h) { return nb::cast<int64_t>(h); }
 
 const Field kAttentionFields[] = {
     {"q", [](Call& c, nb::handle h) { c.common->q = input(c, "q", h); }},
@@ -239,6 +324,7 @@ const Field kAttentionFields[] = {
        a->block_table = flat_in<int32_t>(c, "block_table", h, I, [a] { return a->q.batch * a->block_table_pages; });
      }},
     {"bias", [](Call& c, nb::handle h) { c.common->bias = input(c, "bias", h); }},
+    {"block_mask", [](Call& c, nb::handle h) { set_block_mask(c, h); }},
     // New array fields of AttentionArgs go here (one row that reads its arrays with input()/flat_in()
     // and sets the struct); value options need no row (set_value_option).
 };
@@ -568,6 +654,7 @@ NB_MODULE(_flashattn, m) {
   m.def("judge_forward", &judge_forward, nb::arg("args"), nb::arg("bf16") = nb::none());
   m.def("judge_backward", &judge_backward, nb::arg("args"), nb::arg("bf16") = nb::none());
   m.def("field_names", &field_names, nb::arg("pass"));
+  m.def("block_mask_from_dense", &block_mask_from_dense, nb::arg("dense"), nb::arg("block_q"), nb::arg("block_k"));
   m.def("_inspect_view", &inspect_view, nb::arg("array"), nb::arg("bf16") = false, nb::arg("cuda") = false);
 #ifdef FLASHATTN_PY_HAS_GPU
   m.attr("has_gpu") = true;

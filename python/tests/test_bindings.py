@@ -127,6 +127,58 @@ def test_kv_cache_append_with_rotary(interleaved):
 
 # ---- errors ----------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_block_mask_equals_its_dense_mask_as_minus_inf_bias(dtype):
+    """A block mask built from a dense boolean mask hides what a bias of -inf at the hidden elements
+    hides: forward and backward agree with that call and with the oracle."""
+    rng = np.random.default_rng(3)
+    b, nq, nk, hq, hk, d = 2, 37, 53, 4, 2, 16
+    q, k, v = rand(b, nq, hq, d, dtype=dtype), rand(b, nk, hk, d, dtype=dtype), rand(b, nk, hk, d, dtype=dtype)
+    dense = rng.random((b, nq, hq, nk)) < 0.6
+    dense[:, :, :, 40:48] = False  # a key block no row sees: unlisted
+    dense[1, 0:16, 0, :] = True  # full blocks
+    mask = flashattn.block_mask_from_dense(dense, 16, 8)
+    assert mask.bits is not None and mask.partial_count.sum() > 0 and mask.full_count.sum() > 0
+    out, lse = flashattn.forward(q, k, v, block_mask=mask, causal=True, return_lse=True)
+    bias = np.where(dense, 0, -np.inf).astype(np.float32)
+    out_bias, lse_bias = flashattn.forward(q, k, v, bias=bias, causal=True, return_lse=True)
+    np.testing.assert_allclose(out.astype(np.float32), out_bias.astype(np.float32), atol=2e-2, rtol=0)
+    np.testing.assert_allclose(lse, lse_bias, atol=1e-4, rtol=0)
+    assert_close((out, lse), q, k, v, block_mask=mask, causal=True)
+    dout = rand(b, nq, hq, d, dtype=dtype)
+    grads = flashattn.backward(dout, q, k, v, out, lse, block_mask=mask, causal=True)
+    assert_close(tuple(grads[:3]), q, k, v, dout=dout, out=out, lse=lse, block_mask=mask, causal=True)
+    # A mask shared by every sequence and head (size-1 lists and bits), given as lists.
+    shared = flashattn.block_mask_from_dense(dense[:1, :, :1], 16, 8)
+    assert shared.full_count.shape[:2] == (1, 1)
+    lists = flashattn.BlockMask(16, 8, *(x.tolist() for x in shared[2:6]), bits=shared.bits)
+    out_shared = flashattn.forward(q, k, v, block_mask=lists)
+    out_ref = flashattn.forward(q, k, v, bias=np.where(dense[:1, :, :1], 0, -np.inf).astype(np.float32))
+    np.testing.assert_allclose(out_shared.astype(np.float32), out_ref.astype(np.float32), atol=2e-2, rtol=0)
+
+
+def test_block_mask_errors():
+    q, k, v = rand(1, 8, 2, 16), rand(1, 8, 2, 16), rand(1, 8, 2, 16)
+    m = flashattn.block_mask_from_dense(np.ones((1, 8, 2, 8), bool), 4, 4)
+    with pytest.raises(ValueError, match="given together"):
+        flashattn.forward(q, k, v, block_mask=m._replace(full_index=None))
+    with pytest.raises(ValueError, match="3 dimensions"):
+        flashattn.forward(q, k, v, block_mask=m._replace(full_count=m.full_count.reshape(-1)))
+    with pytest.raises(ValueError, match="same shapes"):
+        flashattn.forward(q, k, v, block_mask=m._replace(partial_count=m.partial_count[:, :1].copy(),
+                                                         partial_index=m.partial_index[:, :1].copy()))
+    with pytest.raises(TypeError, match="flashattn.BlockMask"):
+        flashattn.forward(q, k, v, block_mask={"block_q": 4})
+    with pytest.raises(TypeError, match="uint8"):
+        flashattn.forward(q, k, v, block_mask=m._replace(bits=np.zeros((1, 8, 2, 1), np.int32)))
+    bad = m.full_index.copy()
+    bad[0, 0, 0, 0] = 7  # a key block past the keys: the C++ validation names it
+    with pytest.raises(ValueError, match="block_mask"):
+        flashattn.forward(q, k, v, block_mask=m._replace(full_index=bad))
+    with pytest.raises(ValueError, match="block_q"):
+        flashattn.block_mask_from_dense(np.ones((1, 8, 2, 8), bool), 0, 4)
+
+
 def test_errors_carry_the_cpp_message():
     q, k, v = rand(1, 4, 8, 16), rand(1, 4, 3, 16), rand(1, 4, 3, 16)
     with pytest.raises(ValueError, match=r"^flashattn: k.heads \(3\) must divide q.heads \(8\)"):

@@ -6,6 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import flashattn  # noqa: E402
 import flashattn.torch as ft  # noqa: E402
 from flashattn._core import _attention_options  # noqa: E402
 from flashattn.testing import assert_close  # noqa: E402
@@ -19,6 +20,9 @@ CASES = {
                                   options=dict(sinks=torch.tensor([0.3, -0.5]), bias=torch.randn(1, 6, 2, 8),
                                                dropout_p=0.25, dropout_seed=9, seqlens_k=torch.tensor([8, 3],
                                                                                                       dtype=torch.int32))),
+    "block_mask_causal": dict(shape=(2, 19, 24, 4, 2, 16, 16),
+                              options=dict(causal=True, block_mask=flashattn.block_mask_from_dense(
+                                  torch.rand(2, 19, 4, 24, generator=torch.Generator().manual_seed(1)) < 0.7, 8, 8))),
 }
 
 
@@ -33,8 +37,7 @@ def make(shape, dtype=torch.float32, grad=True):
 
 def op_args(q, k, v, options):
     """The ops' positional arguments for flashattn keywords (the order is the ops' schema's)."""
-    fields = _attention_options(options)
-    return (q, k, v) + tuple(fields[n] for n in ft._OPTION_NAMES)
+    return (q, k, v) + ft._op_values(_attention_options(options))
 
 
 @pytest.mark.parametrize("name", CASES)

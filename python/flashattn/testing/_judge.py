@@ -31,6 +31,9 @@ def to_host(x: Any) -> Any:
 def _options(options: dict[str, Any]) -> dict[str, Any]:
     """The C++ fields of the options (flashattn.forward's keywords), arrays on the host."""
     o = _attention_options(options, "flashattn.testing")
+    if o["block_mask"] is not None:
+        m = o["block_mask"]
+        o["block_mask"] = m._replace(**{f: to_host(getattr(m, f)) for f in m._fields[2:]})
     return {k: to_host(v) for k, v in o.items() if v is not None}
 
 
