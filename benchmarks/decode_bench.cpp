@@ -2,7 +2,8 @@
 // Nq = --new-rows query rows per sequence, Hq query heads over Hk key/value heads, a KV cache of
 // --cache-len keys per sequence, contiguous [B, Nk, Hk, d] or (--paged) the same memory viewed as a
 // pool of pages in shuffled order through a block table. The bytes a call must read are those of
-// K and V (B·Hk·Nk·(d + dv)·element size); GB/s = those bytes / the call's time. A call is one
+// K and V (B·Hk·Nk·(d + dv)·element size, plus a quantized cache's per-token scales: 2·B·Nk·Hk·4);
+// GB/s = those bytes / the call's time. A call is one
 // decoding step: it yields Nq tokens per sequence, so tokens/s per sequence = Nq / the call's time
 // (B·Nq / time for the batch).
 #include "decode_bench.hpp"
@@ -51,10 +52,11 @@ struct DecodeOptions {
 };
 
 flashattn::DType parse_dtype(const std::string& s) {
-  return s == "f32" ? flashattn::DType::f32 : s == "bf16" ? flashattn::DType::bf16 : flashattn::DType::f16;
+  for (flashattn::DType t : {flashattn::DType::f32, flashattn::DType::f16, flashattn::DType::bf16, flashattn::DType::i8,
+                             flashattn::DType::e4m3, flashattn::DType::e5m2})
+    if (s == flashattn::dtype_name(t)) return t;
+  return flashattn::DType::f16;
 }
-
-size_t elem_size(flashattn::DType t) { return t == flashattn::DType::f32 ? 4 : 2; }
 
 // Fills n elements of dtype t with values in [-1, 1) from a cheap per-thread generator (the values
 // do not change the work; they keep fp32 inputs on the fp32 score path).
@@ -71,6 +73,8 @@ void fill(void* data, flashattn::DType t, int64_t n, uint64_t seed) {
       const float v = static_cast<float>(x >> 40) / static_cast<float>(1 << 23) - 1.0f;
       if (t == flashattn::DType::f32) {
         static_cast<float*>(data)[i] = v;
+      } else if (flashattn::is_quantized(t)) {  // a byte that is no NaN or infinity in any 8-bit format
+        static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>((x >> 40) & 0xb7);
       } else if (t == flashattn::DType::bf16) {
         static_cast<uint16_t*>(data)[i] = flashattn::bf16_bits_from_float(v);
       } else {
@@ -145,7 +149,10 @@ int run_decode(int argc, char** argv) {
   app.add_option("--mode", mode, "decode: this mode")->check(CLI::IsMember({"decode"}));
   app.add_option("--cache-len", o.cache_len, "keys per sequence in the KV cache (Nk)")->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batch, "sequences B")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", o.dtypes, "K/V (and q, out) dtype: f32, bf16, f16")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--dtype", o.dtypes,
+                 "K/V (and q, out) dtype: f32, bf16, f16; or quantized K/V i8, e4m3, e5m2 (scale per token and head; "
+                 "q and out bf16)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "i8", "e4m3", "e5m2"}));
   app.add_flag("--paged", o.paged, "also time the cache as shuffled pages through a block table");
   app.add_option("--page-size", o.page_sizes, "page sizes for --paged")->check(CLI::PositiveNumber);
   app.add_option("--splits", o.splits, "ForwardArgs::num_splits (0: chosen from the shape)")->check(CLI::NonNegativeNumber);
@@ -181,26 +188,33 @@ int run_decode(int argc, char** argv) {
   bool failed = false;
   const int64_t hq = o.heads, hk = o.heads_k, d = o.head_dim, nq = o.new_rows;
   for (const std::string& ds : o.dtypes) {
-    const flashattn::DType t = parse_dtype(ds);
-    const size_t es = elem_size(t);
+    const flashattn::DType t = parse_dtype(ds);  // K/V
+    const bool quantized = flashattn::is_quantized(t);
+    const flashattn::DType qt = quantized ? flashattn::DType::bf16 : t;  // q, out
+    const size_t es = flashattn::dtype_size(t), qes = flashattn::dtype_size(qt);
     for (int64_t B : o.batch) {
       for (int64_t nk : o.cache_len) {
         const size_t kv_elems = static_cast<size_t>(B * nk * hk * d);
-        Buffer q(static_cast<size_t>(B * nq * hq * d) * es), out(static_cast<size_t>(B * nq * hq * d) * es);
+        Buffer q(static_cast<size_t>(B * nq * hq * d) * qes), out(static_cast<size_t>(B * nq * hq * d) * qes);
         Buffer k(kv_elems * es), v(kv_elems * es);
         std::vector<float> lse(static_cast<size_t>(B * hq * nq));
-        fill(q.data, t, B * nq * hq * d, 1);
+        // Quantized: one scale per (token, key/value head), beside the rows as a serving cache keeps them
+        // (the same flat index for the contiguous cache and the page pool over its memory).
+        std::vector<float> scales(quantized ? static_cast<size_t>(B * nk * hk) : 0, 1.0f / 64);
+        fill(q.data, qt, B * nq * hq * d, 1);
         fill(k.data, t, static_cast<int64_t>(kv_elems), 2);
         fill(v.data, t, static_cast<int64_t>(kv_elems), 3);
         flashattn::ForwardArgs a;
-        a.q = flashattn::bshd(static_cast<const void*>(q.data), t, B, nq, hq, d);
+        a.q = flashattn::bshd(static_cast<const void*>(q.data), qt, B, nq, hq, d);
         a.k = flashattn::bshd(static_cast<const void*>(k.data), t, B, nk, hk, d);
         a.v = flashattn::bshd(static_cast<const void*>(v.data), t, B, nk, hk, d);
-        a.out = flashattn::bshd(out.data, t, B, nq, hq, d);
+        if (quantized) a.kv_scales = {scales.data(), scales.data(), flashattn::ScaleGranularity::token};
+        a.out = flashattn::bshd(out.data, qt, B, nq, hq, d);
         a.lse = lse.data();
         a.causal = nq > 1;  // a speculative step's rows see the cache and the rows before them
         a.num_splits = o.splits;
-        const double bytes = 2.0 * static_cast<double>(kv_elems) * static_cast<double>(es);
+        const double bytes = 2.0 * (static_cast<double>(kv_elems) * static_cast<double>(es) +
+                                    static_cast<double>(scales.size()) * sizeof(float));
         auto record = [&](const std::string& layout, const std::string& impl, Timing tm, const std::string& status) {
           Row r{ds, layout, impl, B, nk, tm.median, tm.min, tm.cpu, bytes / tm.min * 1e-9, 0, double(nq) / tm.min, status};
           r.percent = 100.0 * r.gbps / bw_before;
@@ -255,7 +269,7 @@ int run_decode(int argc, char** argv) {
           cfg.decode = false;
           record("contiguous", "general", time_calls(std::max(o.reps / 2, 1), [&] { flashattn::cpu::forward(a, cfg); }), "ok");
         }
-        if (o.standard) {
+        if (o.standard && !quantized) {  // the materialised baseline takes no quantized K/V
           const double need = static_cast<double>(Standard::forward_bytes(a, false, threads));
           if (need > 4.0 * double(1 << 30)) {
             std::printf("%-5s B=%-2lld Nk=%-6lld standard skipped: needs %.1f GiB\n", ds.c_str(), static_cast<long long>(B),

@@ -57,12 +57,18 @@ void check_out_and_lse(const AttentionArgs& a, const ConstTensor& out, const flo
 }
 
 // Checks the input views q, k, v on their own and against each other.
-void check_inputs(const AttentionArgs& a) {
+// k and v may be quantized (`quantized_ok`: a forward without an append), both of one quantized dtype.
+void check_inputs(const AttentionArgs& a, bool quantized_ok = false) {
   check_tensor(a.q, "q");
-  check_tensor(a.k, "k");
-  check_tensor(a.v, "v");
-  if (a.k.dtype != a.q.dtype) fail("k.dtype (", dtype_name(a.k.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
-  if (a.v.dtype != a.q.dtype) fail("v.dtype (", dtype_name(a.v.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
+  check_tensor(a.k, "k", quantized_ok);
+  check_tensor(a.v, "v", quantized_ok);
+  if (is_quantized(a.k.dtype) || is_quantized(a.v.dtype)) {
+    if (a.v.dtype != a.k.dtype)
+      fail("v.dtype (", dtype_name(a.v.dtype), ") must equal k.dtype (", dtype_name(a.k.dtype), ") when K/V are quantized");
+  } else {
+    if (a.k.dtype != a.q.dtype) fail("k.dtype (", dtype_name(a.k.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
+    if (a.v.dtype != a.q.dtype) fail("v.dtype (", dtype_name(a.v.dtype), ") must equal q.dtype (", dtype_name(a.q.dtype), ")");
+  }
   if (a.k.dim != a.q.dim) fail("k.dim (", a.k.dim, ") must equal q.dim (", a.q.dim, ")");
   // Paged K/V: k and v are page pools, their batch is the number of pages, not B.
   if (a.k.batch != a.q.batch && !a.block_table)
@@ -106,6 +112,51 @@ void check_paged(const AttentionArgs& a, int64_t appended) {
         fail("block_table[", b * stride + c, "] (", e, ", page ", c, " of sequence ", b, ") must be in [0, ", pages,
              ") (k.batch, the number of pages)");
     }
+  }
+}
+
+// Checks kv_scales (docs/semantics.md, "Quantized K/V"): set exactly when k and v are quantized;
+// then every scale the call reads (by the granularity: the one, one per key/value head, or one per
+// row of each sequence's keys, found through the block table) finite and > 0. nseq: sequences.
+void check_kv_scales(const AttentionArgs& a, int64_t nseq) {
+  const KvScales& q = a.kv_scales;
+  if (!is_quantized(a.k.dtype)) {
+    if (q.k || q.v) fail("kv_scales.", q.k ? "k" : "v", " is set but k.dtype (", dtype_name(a.k.dtype), ") is not quantized");
+    return;
+  }
+  if (!q.k || !q.v) fail("kv_scales.", q.k ? "v" : "k", " is null: quantized K/V (", dtype_name(a.k.dtype), ") need their scales");
+  if (q.granularity != ScaleGranularity::tensor && q.granularity != ScaleGranularity::head &&
+      q.granularity != ScaleGranularity::token)
+    fail("kv_scales.granularity (", static_cast<int>(q.granularity), ") is not a ScaleGranularity (tensor, head, token)");
+  for (const auto& [scales, name] : {std::pair<const float*, const char*>{q.k, "kv_scales.k"}, {q.v, "kv_scales.v"}}) {
+    if (reinterpret_cast<uintptr_t>(scales) % alignof(float) != 0)
+      fail(name, " (", static_cast<const void*>(scales), ") is not 4-byte aligned");
+    auto check = [&](int64_t i) {
+      if (!(std::isfinite(scales[i]) && scales[i] > 0)) fail(name, "[", i, "] (", scales[i], ") must be finite and > 0");
+    };
+    if (q.granularity == ScaleGranularity::tensor) {
+      check(0);
+    } else if (q.granularity == ScaleGranularity::head) {
+      for (int64_t h = 0; h < a.k.heads; ++h) check(h);
+    } else {
+      for (int64_t s = 0; s < nseq; ++s) {
+        const Sequence seq = sequence(a, s);
+        for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
+          const KeyRow at = key_row(a, seq, j);
+          for (int64_t h = 0; h < a.k.heads; ++h) check((at.batch * a.k.seq + at.row) * a.k.heads + h);
+        }
+      }
+    }
+  }
+}
+
+// Returns the number of floats of each of kv_scales.k and .v (0 when K/V are not quantized).
+int64_t kv_scale_count(const AttentionArgs& a) {
+  if (!is_quantized(a.k.dtype)) return 0;
+  switch (a.kv_scales.granularity) {
+    case ScaleGranularity::tensor: return 1;
+    case ScaleGranularity::head: return a.k.heads;
+    default: return mul_checked(mul_checked(a.k.batch, a.k.seq, "kv_scales"), a.k.heads, "kv_scales");
   }
 }
 
@@ -280,6 +331,7 @@ void check_options(const AttentionArgs& a, int64_t appended = 0) {
     }
   }
   check_paged(a, appended);
+  check_kv_scales(a, nseq);
   check_sinks(a);
   check_bias(a, nseq);
   check_block_mask(a, nseq);
@@ -323,6 +375,10 @@ std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
     if (m.bits.data) r.push_back({span_of(m.bits.data, bitmask_bytes(m.bits, key_columns(a))), "block_mask.bits"});
   }
   if (a.seqlens_k) r.push_back({span_of(a.seqlens_k, nseq * 4), "seqlens_k"});
+  if (const int64_t n = kv_scale_count(a); n > 0) {
+    r.push_back({span_of(a.kv_scales.k, mul_checked(n, 4, "kv_scales bytes")), "kv_scales.k"});
+    r.push_back({span_of(a.kv_scales.v, mul_checked(n, 4, "kv_scales bytes")), "kv_scales.v"});
+  }
   if (a.block_table && a.q.batch > 0) {
     const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
     const int64_t n = add_checked(mul_checked(a.q.batch - 1, stride, "block_table size"), a.block_table_pages, "block_table size");
@@ -426,7 +482,7 @@ void check_dbias(const BackwardArgs& a, const std::pair<Span, const char*> (&inp
 }  // namespace
 
 void validate(const AttentionArgs& a) {
-  check_inputs(a);
+  check_inputs(a, true);  // the forward's inputs: quantized K/V allowed
   check_options(a);
 }
 
@@ -436,6 +492,11 @@ void validate(const ForwardArgs& a) {
   const bool append = a.append.used();
   AttentionArgs eff = a;
   if (append) {
+    for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&a.append.k_cache, "append.k_cache"},
+                                  {&a.append.v_cache, "append.v_cache"}})
+      if (is_quantized(t->dtype))
+        fail(name, ".dtype (", dtype_name(t->dtype), ") is quantized: an append into a quantized cache is not "
+             "supported (write the quantized rows and their scales yourself, then attend without append)");
     check_tensor(a.append.k_cache, "append.k_cache");
     check_tensor(a.append.v_cache, "append.v_cache");
     check_tensor(a.append.k_new, "append.k_new");
@@ -443,7 +504,7 @@ void validate(const ForwardArgs& a) {
     eff.k = a.append.k_cache;
     eff.v = a.append.v_cache;
   }
-  check_inputs(eff);
+  check_inputs(eff, !append);
   check_out_and_lse(eff, a.out, a.lse);
   check_options(eff, append ? a.append.k_new.seq : 0);
   if (append) check_append(a, eff);
@@ -476,6 +537,8 @@ void validate(const ForwardArgs& a) {
 
 void validate(const BackwardArgs& a) {
   if (a.block_table) fail("block_table is set: the backward does not support paged K/V (forward only)");
+  if (is_quantized(a.k.dtype) || is_quantized(a.v.dtype))
+    fail("k.dtype (", dtype_name(a.k.dtype), ") is quantized: the backward takes no quantized K/V (forward only)");
   check_inputs(a);
   check_out_and_lse(a, a.out, a.lse);
   check_options(a);

@@ -31,9 +31,13 @@ int64_t max_offset(const ConstTensor& t, const std::string& name) {
 }
 
 // Checks a view's dtype, sizes and strides.
-void check_fields(const ConstTensor& t, const std::string& name) {
-  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
-    fail(name, ".dtype (", static_cast<int>(t.dtype), ") is not a DType (f32, f16, bf16)");
+void check_fields(const ConstTensor& t, const std::string& name, bool quantized_ok) {
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16) {
+    if (!is_quantized(t.dtype))
+      fail(name, ".dtype (", static_cast<int>(t.dtype), ") is not a DType (f32, f16, bf16, i8, e4m3, e5m2)");
+    if (!quantized_ok)
+      fail(name, ".dtype (", dtype_name(t.dtype), ") must be f32, f16 or bf16 (only a forward's k and v may be quantized)");
+  }
   const int64_t sizes[4] = {t.batch, t.seq, t.heads, t.dim};
   const char* size_names[4] = {"batch", "seq", "heads", "dim"};
   for (int i = 0; i < 4; ++i) {
@@ -57,8 +61,8 @@ void check_pointer(const ConstTensor& t, const std::string& name) {
 }
 
 // Checks one tensor view on its own: dtype, sizes, strides, pointer.
-void check_tensor(const ConstTensor& t, const std::string& name) {
-  check_fields(t, name);
+void check_tensor(const ConstTensor& t, const std::string& name, bool quantized_ok) {
+  check_fields(t, name, quantized_ok);
   if (t.heads == 0) fail(name, ".heads (0) must be at least 1");
   if (t.dim == 0) fail(name, ".dim (0) must be at least 1");
   check_pointer(t, name);

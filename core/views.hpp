@@ -29,11 +29,12 @@ int64_t max_offset(const ConstTensor& t, const std::string& name);
 
 // Checks one tensor view on its own: dtype, sizes (>= 0, < 2^31, heads and dim >= 1), strides
 // (>= 0, no overflow), pointer (non-null when there are elements, aligned to the element size).
-void check_tensor(const ConstTensor& t, const std::string& name);
+// k and v of a forward call may also have a quantized dtype (`quantized_ok`).
+void check_tensor(const ConstTensor& t, const std::string& name, bool quantized_ok = false);
 
 // The parts of check_tensor, for views whose heads or dim may be 0 (bias, dbias): dtype, sizes in
 // [0, 2^31) and strides >= 0; then the pointer (non-null with elements, aligned).
-void check_fields(const ConstTensor& t, const std::string& name);
+void check_fields(const ConstTensor& t, const std::string& name, bool quantized_ok = false);
 void check_pointer(const ConstTensor& t, const std::string& name);
 
 // Checks that distinct indices of an output view address distinct elements.

@@ -5,7 +5,8 @@
 // the run, read key by key (a key's heads are adjacent in the cache, so the item reads its memory
 // front to back) where it lives — f32 as is, f16/bf16 widened in registers as the dot products and
 // axpys load them — through any row stride or block table; rows whose length is not a whole number
-// of vectors are widened into small zero-padded per-head fp32 tiles first.
+// of vectors, and quantized rows (decoded and multiplied by their scales), are widened into small
+// zero-padded per-head fp32 tiles first.
 //
 // Layout: keys run along the vector lanes of the scores (row r of s holds the tile's keys), so the
 // online softmax of each row is one pass over its own lanes; the head dim runs along the lanes of
@@ -422,6 +423,8 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
   const auto* kdata = static_cast<const char*>(a.k.data);
   const auto* vdata = static_cast<const char*>(a.v.data);
   const float* kf32 = static_cast<const float*>(a.k.data);  // the keys of adaptive exact scores (f32)
+  // Quantized K/V (never in place): each row decoded into the copy times its scale.
+  const bool quantized = is_quantized(a.k.dtype);
   const int64_t ksize = static_cast<int64_t>(dtype_size(a.k.dtype)), vsize = static_cast<int64_t>(dtype_size(a.v.dtype));
   for (int64_t j = c0; j < c1; ++j) {
     const KeyRow at = key_row(a, seq, j);
@@ -434,7 +437,10 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       } else {
         float* dst = w.kt + row * dp.dpad;
         w.krow[row] = dst;
-        if (knorm) {
+        if (quantized) {
+          DequantizeRow(a.k.data, a.k.dtype, off, dim, kv_scale(a, a.kv_scales.k, at.batch, at.row, h0 + t), dst);
+          if (knorm) knorm[row] = KeyRowNorm<false>(dst, dim, nullptr);
+        } else if (knorm) {
           knorm[row] = KeyRowNorm<true>(kf32 + off, dim, dst);
         } else {
           LoadRow(a.k.data, a.k.dtype, off, dim, dst);
@@ -449,7 +455,10 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       } else {
         float* dst = w.vt + row * dp.dvpad;
         w.vrow[row] = dst;
-        LoadRow(a.v.data, a.v.dtype, off, dv, dst);
+        if (quantized)
+          DequantizeRow(a.v.data, a.v.dtype, off, dv, kv_scale(a, a.kv_scales.v, at.batch, at.row, h0 + t), dst);
+        else
+          LoadRow(a.v.data, a.v.dtype, off, dv, dst);
       }
     }
   }
@@ -679,7 +688,8 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
     std::fill(w.kt + row * dp.dpad + dim, w.kt + (row + 1) * dp.dpad, 0.0f);
     std::fill(w.vt + row * dp.dvpad + dv, w.vt + (row + 1) * dp.dvpad, 0.0f);
   }
-  // Exact scores are for fp32 inputs, and k has q's dtype (validated): its rows are f32.
+  // Exact scores are for fp32 inputs; k has q's dtype (its rows are f32) or is quantized (its tile
+  // copies are, and LoadTile takes the norms from them).
   const bool norms = p.exact_scores && p.scores == ScorePrecision::adaptive;
 
   // This item's keys: its split's chunk of the keys the rows may see.

@@ -85,6 +85,11 @@ inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, 
     const KeyRow at = key_row(a, seq, j);
     widen(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kc + j * dim);
     widen(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dim, vc + j * dim);
+    if (is_quantized(a.k.dtype)) {  // the decoded row times its scale (docs/semantics.md, "Quantized K/V")
+      const float ks = kv_scale(a, a.kv_scales.k, at.batch, at.row, kvh), vs = kv_scale(a, a.kv_scales.v, at.batch, at.row, kvh);
+      for (int64_t x = 0; x < dim; ++x) kc[j * dim + x] = dequantize(kc[j * dim + x], ks);
+      for (int64_t x = 0; x < dim; ++x) vc[j * dim + x] = dequantize(vc[j * dim + x], vs);
+    }
   }
 }
 

@@ -28,6 +28,21 @@ inline void load_row(const void* data, DType t, int64_t off, int64_t n, float* d
       for (int64_t x = 0; x < n; ++x) dst[x] = float_from_f16_bits(s[x]);
       break;
     }
+    case DType::i8: {
+      const int8_t* s = static_cast<const int8_t*>(data) + off;
+      for (int64_t x = 0; x < n; ++x) dst[x] = static_cast<float>(s[x]);
+      break;
+    }
+    case DType::e4m3: {
+      const uint8_t* s = static_cast<const uint8_t*>(data) + off;
+      for (int64_t x = 0; x < n; ++x) dst[x] = float_from_e4m3_bits(s[x]);
+      break;
+    }
+    case DType::e5m2: {
+      const uint8_t* s = static_cast<const uint8_t*>(data) + off;
+      for (int64_t x = 0; x < n; ++x) dst[x] = float_from_e5m2_bits(s[x]);
+      break;
+    }
   }
 }
 
@@ -49,6 +64,7 @@ inline void store_row(void* data, DType t, int64_t off, int64_t n, const float* 
       for (int64_t x = 0; x < n; ++x) s[x] = f16_bits_from_float(src[x]);
       break;
     }
+    default: break;  // quantized types are never written (no output has one)
   }
 }
 

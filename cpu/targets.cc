@@ -71,7 +71,7 @@ int64_t detail::hwy_target_of(int64_t target) {
 }
 
 void detail::use_bf16_dot(Plan& p, const AttentionArgs& a, const Config& c, bool backward) {
-  if (a.q.dtype != DType::bf16) return;
+  if (a.q.dtype != DType::bf16 || is_quantized(a.k.dtype)) return;  // quantized K/V: the fp32 path
   p.bf16_dot = true;
   p.copy_kv = false;
   if (c.block_k == 0) p.block_k = default_key_tile(a, p, backward, sizeof(uint16_t));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "flashattn/problem.hpp"
 #include "flashattn/types.hpp"
 #include "hwy/highway.h"
 #include "rows.h"
@@ -60,6 +61,51 @@ inline void WidenRow(const void* data, DType t, int64_t off, int64_t n, float* H
     }
   }
   ::flashattn::cpu::detail::load_row(data, t, off + x, n - x, dst + x);
+}
+
+// Writes the n elements at element offset `off` of a quantized row (i8, e4m3, e5m2) to dst as their
+// decoded values times `scale` (docs/semantics.md, "Quantized K/V"): bit for bit
+// flashattn::dequantize(load_as_float(...), scale), decoded with integer vector operations on every
+// vector target (the 8-bit floats' bits moved into fp32 fields; subnormals as m·2^-9 or m·2^-16),
+// the tail (and the scalar target) by the scalar functions.
+inline void DequantizeRow(const void* data, DType t, int64_t off, int64_t n, float scale, float* HWY_RESTRICT dst) {
+  int64_t x = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, scale);
+  if (t == DType::i8) {
+    const hn::Rebind<int8_t, decltype(df)> d8;
+    const int8_t* p = static_cast<const int8_t*>(data) + off;
+    for (; x + L <= n; x += L) hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p + x))), vs), df, dst + x);
+  } else {
+    const hn::Rebind<uint8_t, decltype(df)> d8;
+    const hn::RebindToUnsigned<decltype(df)> du;
+    const uint8_t* p = static_cast<const uint8_t*>(data) + off;
+    const bool e4 = t == DType::e4m3;
+    const auto low7 = hn::Set(di, 0x7f), sign_bit = hn::Set(di, 0x80);
+    const auto bias = hn::Set(di, e4 ? 120 << 23 : 112 << 23);     // exponent bias 7 / 15 -> 127
+    const auto sub_limit = hn::Set(di, e4 ? 8 : 4);                  // zero exponent field
+    const auto sub_unit = hn::Set(df, e4 ? 0x1p-9f : 0x1p-16f);     // one subnormal step
+    for (; x + L <= n; x += L) {
+      const auto b = hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d8, p + x)));
+      const auto mag = hn::And(b, low7);
+      const auto normal = hn::Add(e4 ? hn::ShiftLeft<20>(mag) : hn::ShiftLeft<21>(mag), bias);
+      const auto sub = hn::BitCast(di, hn::Mul(hn::ConvertTo(df, mag), sub_unit));
+      auto bits = hn::IfThenElse(hn::Lt(mag, sub_limit), sub, normal);
+      if (e4) {  // S.1111.111: NaN (no infinities)
+        bits = hn::IfThenElse(hn::Eq(mag, low7), hn::Set(di, 0x7fc00000), bits);
+      } else {   // exponent field 31: infinity or NaN, as IEEE
+        bits = hn::IfThenElse(hn::Gt(mag, hn::Set(di, 0x7b)),
+                              hn::Or(hn::Set(di, 0x7f800000), hn::ShiftLeft<21>(hn::And(mag, hn::Set(di, 3)))), bits);
+      }
+      bits = hn::Or(bits, hn::ShiftLeft<24>(hn::And(b, sign_bit)));
+      hn::StoreU(hn::Mul(hn::BitCast(df, bits), vs), df, dst + x);
+    }
+  }
+#endif
+  for (; x < n; ++x) dst[x] = dequantize(load_as_float(data, t, off + x), scale);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

@@ -18,6 +18,7 @@
 #include "props/check.hpp"
 #include "props/inference.hpp"
 #include "props/oracle_support.hpp"
+#include "props/quantized.hpp"
 #include "props/rng.hpp"
 
 namespace props {
@@ -50,6 +51,17 @@ TEST_CASE("oracle: paged and appended calls equal the plain call over the same k
     flashattn::reference::forward(p.plain());
     for (const std::string& e : {same_bits(p.out_of_call(), p.out_of_plain(), "out"),
                                  same_bits(p.lse_of_call(), p.lse_of_plain(), "lse")})
+      if (!e.empty()) RC_FAIL(e + " | " + s.describe());
+  }, kCases);
+}
+
+TEST_CASE("oracle: a call over quantized K/V equals the fp32 call over their dequantized values, bitwise") {
+  check("oracle/quantized", [] {
+    const QuantizedSpec s = *gen_quantized();
+    QuantizedProblem p(s);
+    const auto q = flashattn::reference::forward_values(p.call());
+    const auto f = flashattn::reference::forward_values(p.dequantized());
+    for (const std::string& e : {same_bits(q.out, f.out, "out"), same_bits(q.lse, f.lse, "lse")})
       if (!e.empty()) RC_FAIL(e + " | " + s.describe());
   }, kCases);
 }

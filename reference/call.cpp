@@ -27,14 +27,20 @@ std::vector<Acc> gather(const ConstTensor& t, int64_t b, int64_t row0, int64_t r
 }
 
 // Copies keys [0, rows) of head h of sequence seq from k or v (through the block table when the call
-// has one) into a dense [rows x dim] array.
+// has one) into a dense [rows x dim] array; quantized elements dequantized with `scales` (the
+// tensor's kv_scales).
 template <class Acc>
-std::vector<Acc> gather_keys(const AttentionArgs& a, const ConstTensor& t, const Sequence& seq, int64_t rows, int64_t h) {
+std::vector<Acc> gather_keys(const AttentionArgs& a, const ConstTensor& t, const float* scales, const Sequence& seq,
+                             int64_t rows, int64_t h) {
   std::vector<Acc> r(static_cast<size_t>(rows * t.dim));
   for (int64_t j = 0; j < rows; ++j) {
     const KeyRow at = key_row(a, seq, j);
     const int64_t base = t.offset(at.batch, at.row, h);
-    for (int64_t x = 0; x < t.dim; ++x) r[j * t.dim + x] = static_cast<Acc>(load_as_float(t.data, t.dtype, base + x));
+    const float scale = is_quantized(t.dtype) ? kv_scale(a, scales, at.batch, at.row, h) : 1.0f;
+    for (int64_t x = 0; x < t.dim; ++x) {
+      const float value = load_as_float(t.data, t.dtype, base + x);
+      r[j * t.dim + x] = static_cast<Acc>(is_quantized(t.dtype) ? dequantize(value, scale) : value);
+    }
   }
   return r;
 }
@@ -117,8 +123,8 @@ ForwardValues forward_impl(const AttentionArgs& a, Precision p) {
       const Head hd = head_of(a, seq, h, arrays);
       const int64_t hk = kv_head(h, a.q.heads, a.k.heads);
       const auto q = gather<Acc>(a.q, seq.batch, seq.q_start, hd.nq, h);
-      const auto k = gather_keys<Acc>(a, a.k, seq, hd.nk, hk);
-      const auto v = gather_keys<Acc>(a, a.v, seq, hd.nk, hk);
+      const auto k = gather_keys<Acc>(a, a.k, a.kv_scales.k, seq, hd.nk, hk);
+      const auto v = gather_keys<Acc>(a, a.v, a.kv_scales.v, seq, hd.nk, hk);
       std::vector<Acc> out(static_cast<size_t>(hd.nq * hd.dv)), lse(static_cast<size_t>(hd.nq));
       std::vector<Acc> terms(r.score_terms.empty() ? 0 : out.size());
       detail::forward_head<Acc>(hd, q.data(), k.data(), v.data(), rnd, out.data(), lse.data(),

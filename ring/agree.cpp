@@ -147,6 +147,8 @@ Agreed agree(const ForwardArgs& a, Transport& t, const Options& o) {
         check_supported(a);
         check_backend(a, o);
         if (a.append.used()) throw Error("the KV-cache append is not supported by ring attention");
+        if (is_quantized(a.k.dtype))
+          throw Error(std::string("quantized K/V (k.dtype ") + dtype_name(a.k.dtype) + ") are not supported by ring attention");
         if (a.dropout_mask) throw Error("dropout (dropout_mask) is not supported by ring attention (yet)");
       },
       [&] { return describe(a, 1, false, o); }, t);

@@ -9,7 +9,8 @@
 namespace flashattn::gpu_emu {
 
 // As flashattn::gpu::forward, on host pointers (every variant of the table, compiled on the GPU
-// side or not). Does nothing for an unsupported call (check unsupported() first).
+// side or not). Does nothing for an unsupported call (check unsupported() first) or one over
+// quantized K/V (the GPU backend rejects those).
 void forward(const ForwardArgs& a);
 // The same as on an sm_90 device with the sm_90a kernels enabled: the calls they take run them.
 void forward_on_sm90(const ForwardArgs& a);

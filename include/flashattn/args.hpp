@@ -16,6 +16,23 @@
 
 namespace flashattn {
 
+// How the scales of quantized K/V are indexed (KvScales).
+enum class ScaleGranularity : uint8_t {
+  tensor,  // one scale for the whole tensor: [1]
+  head,    // one per key/value head: [Hk]
+  token,   // one per (row, key/value head): [k.batch, k.seq, Hk] contiguous (a page pool's
+           // [num_pages, page_size, Hk] with a block table)
+};
+
+// Scales of quantized K and V (docs/semantics.md, "Quantized K/V"): element x of row (b, j) of key
+// head h is decode(k[b, j, h, x]) · scale(b, j, h) rounded to fp32, likewise V with its own scales.
+// fp32, each finite and > 0. Set exactly when k and v are quantized (DType i8, e4m3, e5m2).
+struct KvScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  ScaleGranularity granularity = ScaleGranularity::tensor;
+};
+
 // The inputs and options of an attention call, common to the forward and the backward pass:
 // out = dropout(softmax(mask(bias + alibi(softcap(scale * q kᵀ))))) v. The value options live in
 // the groups it inherits (flashattn/options.hpp): MaskOptions (causal, window_left/right,
@@ -25,6 +42,8 @@ struct AttentionArgs : MaskOptions, ScoreOptions, DropoutOptions {
   ConstTensor k;  // [B, Nk, Hk, d], Hq % Hk == 0 (MQA/GQA: query head h reads key head h / (Hq/Hk))
   ConstTensor v;  // [B, Nk, Hk, dv]: the value head dim dv may differ from d (out, dout, dv carry dv)
                   // With a block table, k and v are page pools [num_pages, page_size, Hk, d / dv].
+                  // k and v have q's dtype, or (forward only) one quantized dtype with kv_scales.
+  KvScales kv_scales;  // scales of quantized k and v; unset otherwise
 
   const float* alibi_slopes = nullptr;  // [Hq], or [B, Hq] with alibi_batch_stride = Hq
   int64_t alibi_batch_stride = 0;       // elements between sequences' slopes; 0: shared by all

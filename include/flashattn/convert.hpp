@@ -96,6 +96,19 @@ FLASHATTN_HD inline bf16_t from_float<bf16_t>(float x) { return bf16_t{bf16_bits
 template <>
 FLASHATTN_HD inline f16_t from_float<f16_t>(float x) { return f16_t{f16_bits_from_float(x)}; }
 
+// Returns the value of the OCP 8-bit float E4M3FN with bit pattern b (sign, 4 exponent bits with bias
+// 7, 3 mantissa bits; no infinities; S.1111.111 is NaN; largest finite ±448) as a float (exact).
+FLASHATTN_HD inline float float_from_e4m3_bits(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 0x7u;
+  if (e == 0xfu && m == 0x7u) return bits_float(sign | 0x7fc00000u);                      // NaN
+  if (e == 0) return bits_float(sign | float_bits(static_cast<float>(m) * 0x1p-9f));      // subnormal: m·2^-9
+  return bits_float(sign | ((e + 120u) << 23) | (m << 20));                               // 2^(e-7)·(1 + m/8)
+}
+
+// Returns the value of the OCP 8-bit float E5M2 with bit pattern b (IEEE-style: 5 exponent bits with
+// bias 15, 2 mantissa bits, infinities and NaNs) as a float (exact): the top byte of an f16.
+FLASHATTN_HD inline float float_from_e5m2_bits(uint8_t b) { return float_from_f16_bits(static_cast<uint16_t>(b << 8)); }
+
 // Returns x rounded to dtype t and widened back to float (the value a tensor of dtype t would hold).
 FLASHATTN_HD inline float round_to(DType t, float x) {
   switch (t) {
@@ -105,11 +118,15 @@ FLASHATTN_HD inline float round_to(DType t, float x) {
   }
 }
 
-// Reads element i of a buffer of dtype t as float.
+// Reads element i of a buffer of dtype t as float. A quantized element is decoded, not scaled
+// (flashattn::dequantize in problem.hpp applies its scale).
 inline float load_as_float(const void* data, DType t, int64_t i) {
   switch (t) {
     case DType::bf16: return float_from_bf16_bits(static_cast<const uint16_t*>(data)[i]);
     case DType::f16: return float_from_f16_bits(static_cast<const uint16_t*>(data)[i]);
+    case DType::i8: return static_cast<float>(static_cast<const int8_t*>(data)[i]);
+    case DType::e4m3: return float_from_e4m3_bits(static_cast<const uint8_t*>(data)[i]);
+    case DType::e5m2: return float_from_e5m2_bits(static_cast<const uint8_t*>(data)[i]);
     default: return static_cast<const float*>(data)[i];
   }
 }
@@ -119,7 +136,8 @@ inline void store_from_float(void* data, DType t, int64_t i, float x) {
   switch (t) {
     case DType::bf16: static_cast<uint16_t*>(data)[i] = bf16_bits_from_float(x); break;
     case DType::f16: static_cast<uint16_t*>(data)[i] = f16_bits_from_float(x); break;
-    default: static_cast<float*>(data)[i] = x; break;
+    case DType::f32: static_cast<float*>(data)[i] = x; break;
+    default: break;  // quantized types are never written (no output has one)
   }
 }
 

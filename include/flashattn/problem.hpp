@@ -75,6 +75,20 @@ inline KeyRow key_row(const AttentionArgs& a, const Sequence& seq, int64_t j) {
   return {a.block_table[seq.index * stride + j / a.k.seq], j % a.k.seq};
 }
 
+// Returns the scale of row `row` of batch `batch` (the page, with a block table), key/value head h
+// of a quantized K or V whose scales are `scales` (a.kv_scales.k or .v).
+inline float kv_scale(const AttentionArgs& a, const float* scales, int64_t batch, int64_t row, int64_t h) {
+  switch (a.kv_scales.granularity) {
+    case ScaleGranularity::tensor: return scales[0];
+    case ScaleGranularity::head: return scales[h];
+    default: return scales[(batch * a.k.seq + row) * a.k.heads + h];
+  }
+}
+
+// Returns the value a quantized element stands for: its decoded value (load_as_float) times its
+// scale, the fp32 product (docs/semantics.md, "Quantized K/V").
+inline float dequantize(float decoded, float scale) { return decoded * scale; }
+
 // Returns the scale 1/sqrt(d) used when AttentionArgs::scale is empty.
 inline float default_scale(int64_t head_dim) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));

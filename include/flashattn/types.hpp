@@ -6,18 +6,27 @@
 
 namespace flashattn {
 
-// Element type of q, k, v, out, dout, dq, dk, dv. LSE is always fp32.
-enum class DType : uint8_t { f32, f16, bf16 };
+// Element type of q, k, v, out, dout, dq, dk, dv: f32, f16 or bf16. LSE is always fp32. K and V of
+// a forward call may instead be quantized (docs/semantics.md, "Quantized K/V"): i8 (int8), e4m3 and
+// e5m2 (the OCP 8-bit floats E4M3FN and E5M2), each element multiplied by a scale of
+// AttentionArgs::kv_scales.
+enum class DType : uint8_t { f32, f16, bf16, i8, e4m3, e5m2 };
+
+// Returns whether t is a quantized K/V element type (i8, e4m3, e5m2).
+constexpr bool is_quantized(DType t) { return t == DType::i8 || t == DType::e4m3 || t == DType::e5m2; }
 
 // Returns the size in bytes of one element of `t`.
-constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+constexpr size_t dtype_size(DType t) { return t == DType::f32 ? 4 : is_quantized(t) ? 1 : 2; }
 
-// Returns "f32", "f16" or "bf16" (or "invalid" for a value outside the enum).
+// Returns "f32", "f16", "bf16", "i8", "e4m3" or "e5m2" (or "invalid" for a value outside the enum).
 constexpr const char* dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "f32";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
+    case DType::i8: return "i8";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
   }
   return "invalid";
 }

@@ -14,8 +14,8 @@ void validate(const ForwardArgs& a);
 // As above for a backward call: additionally out, dout, lse (required), dq, dk, dv.
 void validate(const BackwardArgs& a);
 
-// Checks only the inputs (q, k, v) and the options both passes share: what an oracle that reads
-// no output needs (reference::forward_values).
+// Checks only the inputs (q, k, v; quantized K/V allowed, as in a forward) and the options both
+// passes share: what an oracle that reads no output needs (reference::forward_values).
 void validate(const AttentionArgs& a);
 
 }  // namespace flashattn

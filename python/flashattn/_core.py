@@ -56,19 +56,43 @@ def block_mask_from_dense(dense: Any, block_q: int, block_k: int) -> BlockMask:
     return BlockMask(**_flashattn.block_mask_from_dense(dense, int(block_q), int(block_k)))
 
 
-def _prepare(name: str, x: Any, bf16: list[str]) -> Any:
+def _fp8_kind(dtype: Any) -> str | None:
+    """ "e4m3" / "e5m2" for the 8-bit float dtypes of numpy (ml_dtypes) and torch, else None."""
+    name = str(dtype)
+    if "float8_e4m3fn" in name and "fnuz" not in name:
+        return "e4m3"
+    if "float8_e5m2" in name and "fnuz" not in name:
+        return "e5m2"
+    return None
+
+
+def _prepare(name: str, x: Any, kinds: dict[str, str]) -> Any:
     """Returns what the extension takes for x: arrays as they are (numpy bf16 as a uint16 view,
-    torch tensors detached: both zero-copy), lists as numpy arrays."""
+    8-bit floats as uint8 views, torch tensors detached: all zero-copy), lists as numpy arrays;
+    `kinds` records the reinterpreted arrays by name."""
+    if name in ("k_scale", "v_scale") and isinstance(x, (int, float)):
+        return np.array([x], dtype=np.float32)  # one scale for the whole tensor
     if x is None or isinstance(x, (bool, int, float)):
         return x
     if isinstance(x, BlockMask):
-        return x._replace(**{f: _prepare(f, getattr(x, f), bf16) for f in BlockMask._fields[2:]})
+        return x._replace(**{f: _prepare(f, getattr(x, f), kinds) for f in BlockMask._fields[2:]})
     if _is_torch(x):
-        return x.detach() if x.requires_grad else x
+        x = x.detach() if x.requires_grad else x
+        fp8 = _fp8_kind(x.dtype)
+        if fp8 is not None:  # DLPack has no 8-bit floats in every framework: pass the bits
+            import torch
+
+            kinds[name] = fp8
+            return x.view(torch.uint8)
+        return x
     if isinstance(x, np.ndarray):
         if _NP_BF16 is not None and x.dtype == _NP_BF16:
-            bf16.append(name)
+            kinds[name] = "bf16"
             return x.view(np.uint16)
+        fp8 = _fp8_kind(x.dtype)
+        if fp8 is not None:
+            kinds[name] = fp8
+            return x.view(np.uint8)
         return x
     if isinstance(x, (list, tuple)):
         int32 = ("seqlens_k", "cu_seqlens_q", "cu_seqlens_k", "block_table", "full_count", "full_index",
@@ -78,10 +102,10 @@ def _prepare(name: str, x: Any, bf16: list[str]) -> Any:
     return x
 
 
-def _call_args(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    bf16: list[str] = []
-    args = {k: _prepare(k, v, bf16) for k, v in values.items() if v is not None}
-    return args, bf16
+def _call_args(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    kinds: dict[str, str] = {}
+    args = {k: _prepare(k, v, kinds) for k, v in values.items() if v is not None}
+    return args, kinds
 
 
 def _backend_of(x: Any, backend: str | None) -> str:
@@ -150,6 +174,8 @@ ATTENTION_OPTIONS = (
     Option("block_table", None, "array"),
     Option("bias", None, "array"),
     Option("block_mask", None, "block_mask"),
+    Option("k_scale", None, "array"),
+    Option("v_scale", None, "array"),
     Option("dropout_p", 0.0, "float"),
     Option("dropout_seed", 0, "int"),
     Option("dropout_offset", 0, "int"),

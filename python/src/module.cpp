@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -57,7 +58,9 @@ struct Call {
   BackwardArgs* bwd = nullptr;  // set for a backward call
   Device device = Device::cpu;
   int device_id = -1;
-  std::set<std::string> bf16;  // names of uint16 arrays that hold bf16 bits (numpy has no bf16)
+  // Arrays whose bits hold a type numpy lacks, by name: uint16 arrays of bf16 bits, uint8 arrays of
+  // e4m3 / e5m2 bits (the Python side passes views of ml_dtypes / torch arrays of those types).
+  std::map<std::string, DType> reinterpret;
   std::deque<Array> keep;      // the arrays the views point into, alive for the call
   std::vector<std::function<void()>> checks;  // run after every field is set
   std::vector<std::function<void()>> after_validation;  // checks that read the sequences (validated first)
@@ -108,8 +111,13 @@ DType element_type(Call& c, const char* name, const Array& a) {
   if (is(t, nb::dlpack::dtype_code::Float, 32)) return DType::f32;
   if (is(t, nb::dlpack::dtype_code::Float, 16)) return DType::f16;
   if (is(t, nb::dlpack::dtype_code::Bfloat, 16)) return DType::bf16;
-  if (is(t, nb::dlpack::dtype_code::UInt, 16) && c.bf16.count(name)) return DType::bf16;
-  type_error(std::string(name) + " has dtype " + dtype_str(t) + "; expected float32, float16 or bfloat16");
+  const auto as = c.reinterpret.find(name);
+  if (as != c.reinterpret.end() && int(flashattn::dtype_size(as->second)) * 8 == t.bits &&
+      is(t, nb::dlpack::dtype_code::UInt, t.bits))
+    return as->second;
+  if (is(t, nb::dlpack::dtype_code::Int, 8)) return DType::i8;  // quantized k, v (validation says where it may be)
+  type_error(std::string(name) + " has dtype " + dtype_str(t) +
+             "; expected float32, float16 or bfloat16 (k and v of a forward: also int8, float8_e4m3fn, float8_e5m2)");
 }
 
 // A rank-4 [batch, seq, heads, dim] view of `a` with its own element strides (rank 3: [seq, heads,
@@ -230,6 +238,39 @@ void set_block_mask(Call& c, nb::handle h) {
   }
 }
 
+// Sets kv_scales.k (`key`) or .v from a float32 array whose shape gives the granularity: one element
+// (shape () or (1,)): per tensor; [Hk]: per key/value head; [k.batch, k.seq, Hk]: per row and head.
+// k_scale and v_scale must have the same granularity.
+void set_kv_scale(Call& c, nb::handle h, bool key) {
+  const char* name = key ? "k_scale" : "v_scale";
+  AttentionArgs* a = c.common;
+  const Array& arr = array(c, name, h, false);
+  flashattn::ScaleGranularity g;
+  if (arr.size() == 1 && arr.ndim() <= 1)
+    g = flashattn::ScaleGranularity::tensor;
+  else if (arr.ndim() == 1)
+    g = flashattn::ScaleGranularity::head;
+  else if (arr.ndim() == 3)
+    g = flashattn::ScaleGranularity::token;
+  else
+    value_error(std::string(name) + " must have one element, shape [Hk] or shape [k.batch, k.seq, Hk], got " +
+                std::to_string(arr.ndim()) + " dimensions");
+  const float* p = flat_in<float>(c, name, h, F, [a, g] {
+    return g == flashattn::ScaleGranularity::tensor ? 1
+           : g == flashattn::ScaleGranularity::head ? a->k.heads
+                                                    : a->k.batch * a->k.seq * a->k.heads;
+  });
+  (key ? a->kv_scales.k : a->kv_scales.v) = p;
+  if (key) {
+    a->kv_scales.granularity = g;
+  } else {
+    c.checks.push_back([a, g] {
+      if (a->kv_scales.k && a->kv_scales.granularity != g)
+        value_error("v_scale's shape gives another granularity than k_scale's (one element, [Hk] or [k.batch, k.seq, Hk])");
+    });
+  }
+}
+
 // Returns the block mask flashattn::block_mask_from_dense builds from `dense` (uint8 or bool
 // [sequences, rows, heads, keys], keys contiguous) as a dict of numpy arrays and its geometry.
 nb::dict block_mask_from_dense(nb::ndarray<nb::ro, nb::device::cpu> dense, int64_t block_q, int64_t block_k) {
@@ -325,6 +366,8 @@ const Field kAttentionFields[] = {
      }},
     {"bias", [](Call& c, nb::handle h) { c.common->bias = input(c, "bias", h); }},
     {"block_mask", [](Call& c, nb::handle h) { set_block_mask(c, h); }},
+    {"k_scale", [](Call& c, nb::handle h) { set_kv_scale(c, h, true); }},
+    {"v_scale", [](Call& c, nb::handle h) { set_kv_scale(c, h, false); }},
     // New array fields of AttentionArgs go here (one row that reads its arrays with input()/flat_in()
     // and sets the struct); value options need no row (set_value_option).
 };
@@ -418,9 +461,19 @@ const Field* find(const Field (&table)[N], const std::string& name) {
 }
 
 // Sets every field of `args` (a dict name -> value; None: not set) on the call.
-void fill(Call& c, nb::dict args, nb::handle bf16) {
-  if (!bf16.is_none())
-    for (nb::handle n : bf16) c.bf16.insert(nb::cast<std::string>(n));
+// `kinds`: {name: "bf16" | "e4m3" | "e5m2"} for arrays whose bits hold those types (a list of names:
+// all bf16).
+void fill(Call& c, nb::dict args, nb::handle kinds) {
+  if (nb::isinstance<nb::dict>(kinds)) {
+    for (auto [n, k] : nb::borrow<nb::dict>(kinds)) {
+      const std::string kind = nb::cast<std::string>(k);
+      const DType t = kind == "bf16" ? DType::bf16 : kind == "e4m3" ? DType::e4m3 : kind == "e5m2" ? DType::e5m2 : DType::f32;
+      if (t == DType::f32) type_error("unknown array kind '" + kind + "' (bf16, e4m3, e5m2)");
+      c.reinterpret[nb::cast<std::string>(n)] = t;
+    }
+  } else if (!kinds.is_none()) {
+    for (nb::handle n : kinds) c.reinterpret[nb::cast<std::string>(n)] = DType::bf16;
+  }
   for (auto [key, value] : args) {
     const std::string name = nb::cast<std::string>(key);
     if (value.is_none()) continue;
@@ -617,7 +670,7 @@ nb::list judge_backward(nb::dict args, nb::handle bf16) {
 nb::dict inspect_view(nb::handle h, bool bf16, bool cuda) {
   Call c;
   c.device = cuda ? Device::cuda : Device::cpu;
-  if (bf16) c.bf16.insert("x");
+  if (bf16) c.reinterpret["x"] = DType::bf16;
   const ConstTensor t = input(c, "x", h);
   nb::dict d;
   d["data"] = reinterpret_cast<uintptr_t>(t.data);

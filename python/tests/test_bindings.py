@@ -179,6 +179,56 @@ def test_block_mask_errors():
         flashattn.block_mask_from_dense(np.ones((1, 8, 2, 8), bool), 0, 4)
 
 
+@pytest.mark.parametrize("kv", ["int8", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("scales", ["tensor", "head", "token"])
+def test_quantized_kv_is_the_call_over_its_dequantized_values(kv, scales):
+    """int8 / fp8 K/V with scales per tensor, head or (row, head): the CPU agrees with itself on the
+    values dequantized here (numpy / ml_dtypes) and with the oracle, for f32 and bf16 queries."""
+    rng = np.random.default_rng(7)
+    b, nq, nk, hq, hk, d = 2, 3, 37, 4, 2, 16
+    kf, vf = rng.standard_normal((b, nk, hk, d)), rng.standard_normal((b, nk, hk, d))
+    largest = {"int8": 127, "float8_e4m3fn": 448, "float8_e5m2": 57344}[kv]
+    def scale_of(x):
+        m = {"tensor": np.abs(x).max().reshape(1), "head": np.abs(x).max(axis=(0, 1, 3)),
+             "token": np.abs(x).max(axis=3)}[scales]
+        return (m / largest).astype(np.float32)
+    def expand(s):
+        return s.reshape(1, 1, 1, 1) if scales == "tensor" else s[None, None, :, None] if scales == "head" else s[..., None]
+    ks, vs = scale_of(kf), scale_of(vf)
+    def quantize(x, s):
+        y = x / expand(s)
+        return np.clip(np.rint(y), -127, 127).astype(np.int8) if kv == "int8" else y.astype(getattr(ml_dtypes, kv))
+    kq, vq = quantize(kf, ks), quantize(vf, vs)
+    kd = (kq.astype(np.float32) * expand(ks)).astype(np.float32)
+    vd = (vq.astype(np.float32) * expand(vs)).astype(np.float32)
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        q = rand(b, nq, hq, d, dtype=dtype)
+        out, lse = flashattn.forward(q, kq, vq, k_scale=ks, v_scale=vs, causal=True, return_lse=True)
+        assert out.dtype == q.dtype
+        assert_close((out, lse), q, kq, vq, k_scale=ks, v_scale=vs, causal=True)
+        if dtype == np.float32:
+            plain = flashattn.forward(q, kd, vd, causal=True, num_splits=1)
+            np.testing.assert_allclose(out, plain, atol=2e-6, rtol=0)
+
+
+def test_quantized_kv_errors():
+    q = rand(1, 2, 2, 8)
+    k8 = np.ones((1, 4, 2, 8), np.int8)
+    with pytest.raises(ValueError, match="kv_scales.k is null"):
+        flashattn.forward(q, k8, k8)
+    with pytest.raises(ValueError, match="another granularity"):
+        flashattn.forward(q, k8, k8, k_scale=np.ones(2, np.float32), v_scale=0.5)
+    with pytest.raises(ValueError, match=r"kv_scales.v\[1\] \(0\) must be finite and > 0"):
+        flashattn.forward(q, k8, k8, k_scale=np.ones(2, np.float32), v_scale=np.array([1, 0], np.float32))
+    with pytest.raises(ValueError, match="q.dtype \\(i8\\) must be f32"):
+        flashattn.forward(np.ones((1, 2, 2, 8), np.int8), k8, k8, k_scale=0.5, v_scale=0.5)
+    with pytest.raises(ValueError, match="forward only"):
+        out, lse = flashattn.forward(q, k8, k8, k_scale=0.5, v_scale=0.5, return_lse=True)
+        flashattn.backward(out, q, k8, k8, out, lse, k_scale=0.5, v_scale=0.5)
+    with pytest.raises(ValueError, match="k_scale has 3 elements; the call needs 2"):
+        flashattn.forward(q, k8, k8, k_scale=np.ones(3, np.float32), v_scale=np.ones(2, np.float32))
+
+
 def test_errors_carry_the_cpp_message():
     q, k, v = rand(1, 4, 8, 16), rand(1, 4, 3, 16), rand(1, 4, 3, 16)
     with pytest.raises(ValueError, match=r"^flashattn: k.heads \(3\) must divide q.heads \(8\)"):

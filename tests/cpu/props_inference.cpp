@@ -1,4 +1,5 @@
-// Cross-check of flashattn::cpu on the inference options (docs/semantics.md, "Inference"), on every
+// Cross-check of flashattn::cpu on the inference options (docs/semantics.md, "Inference") and on
+// quantized K/V ("Quantized K/V": judged against the oracle on the call itself), on every
 // compiled target this CPU supports, with the default tiles and with tiny tiles on 3 threads, with
 // and without the decode path:
 //   forward over paged K/V and/or a KV-cache append with rotary, sinks, dv != d and any num_splits
@@ -17,6 +18,7 @@
 #include "flashattn/reference.hpp"
 #include "props/check.hpp"
 #include "props/inference.hpp"
+#include "props/quantized.hpp"
 #include "props/rng.hpp"
 #include "tolerance/judge.hpp"
 
@@ -54,6 +56,18 @@ TEST_CASE("cpu inference forward: paged, append + rotary, sinks, dv, num_splits 
     for (const auto& [name, c] : configs()) {
       const std::string failure =
           props::check_inference_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
+      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
+    }
+  }, kCases);
+}
+
+TEST_CASE("cpu quantized K/V forward: int8, e4m3, e5m2 with every scale granularity, paged, agree with the oracle") {
+  props::check("cpu/quantized-forward", [] {
+    const props::QuantizedSpec s = *props::gen_quantized();
+    props::QuantizedProblem p(s);
+    for (const auto& [name, c] : configs()) {
+      const std::string failure =
+          props::check_quantized_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
       if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
     }
   }, kCases);

@@ -41,7 +41,7 @@ TEST_CASE("validate forward: mismatched dtypes and invalid dtype values") {
   SUBCASE("v") { a.v.dtype = DType::bf16; reject(fx, a, {"v.dtype (bf16) must equal q.dtype (f32)"}); }
   SUBCASE("out") { a.out.dtype = DType::bf16; reject(fx, a, {"out.dtype (bf16) must equal q.dtype (f32)"}); }
   SUBCASE("q enum value") { a.q.dtype = static_cast<DType>(7); reject(fx, a, {"q.dtype (7) is not a DType"}); }
-  SUBCASE("out enum value") { a.out.dtype = static_cast<DType>(3); reject(fx, a, {"out.dtype (3) is not a DType"}); }
+  SUBCASE("out enum value") { a.out.dtype = static_cast<DType>(6); reject(fx, a, {"out.dtype (6) is not a DType"}); }
 }
 
 TEST_CASE("validate forward: heads_q % heads_k != 0") {

@@ -1,0 +1,71 @@
+// props::QuantizedProblem: a generated forward call over quantized K/V (docs/semantics.md,
+// "Quantized K/V"): int8, e4m3 or e5m2 caches, contiguous or paged (pages in a random order), with
+// scales per tensor, per head or per (row, head); rows past each sequence's key count, unused pages
+// and their scales hold garbage (NaN patterns, NaN scales) that must never be read. Beside the call,
+// the same problem over fp32 K/V holding the values dequantized by this file's own decoder (q
+// widened to fp32), which the oracle must compute bit for bit alike.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "flashattn/args.hpp"
+
+namespace props {
+
+struct QuantizedSpec {
+  int64_t batch = 1, heads_k = 1, group = 1, seqlen_q = 1, dim = 8, dim_v = 8;
+  flashattn::DType dtype = flashattn::DType::f32;  // q and out
+  flashattn::DType quant = flashattn::DType::i8;   // k and v
+  flashattn::ScaleGranularity granularity = flashattn::ScaleGranularity::tensor;
+  bool causal = false;
+  int64_t window_left = -1;
+  float softcap = 0;
+  bool sinks = false;
+  int64_t page_size = 0;         // 0: contiguous caches
+  std::vector<int32_t> lengths;  // keys of each sequence (seqlens_k)
+  int64_t capacity = 1;          // rows per sequence of the caches (a multiple of page_size when paged)
+  int64_t num_splits = 0;
+  uint64_t seed = 0;
+
+  int64_t heads_q() const { return heads_k * group; }
+  std::string describe() const;
+};
+
+rc::Gen<QuantizedSpec> gen_quantized();
+
+// Returns the value of 8-bit pattern `byte` of quantized dtype t by the formats' definitions (int8,
+// OCP E4M3FN, OCP E5M2), written here independently of flashattn/convert.hpp.
+double decode_quantized(flashattn::DType t, uint8_t byte);
+
+class QuantizedProblem {
+ public:
+  explicit QuantizedProblem(const QuantizedSpec& s);
+  QuantizedProblem(const QuantizedProblem&) = delete;
+  QuantizedProblem& operator=(const QuantizedProblem&) = delete;
+
+  // The call under test (out and lse poisoned first).
+  flashattn::ForwardArgs call();
+  // The same problem over fp32: q widened, K/V [B, capacity, Hk, d] dequantized by
+  // decode_quantized · scale rounded to fp32, contiguous; its own out and lse.
+  flashattn::ForwardArgs dequantized();
+  const QuantizedSpec& spec() const { return spec_; }
+
+ private:
+  QuantizedSpec spec_;
+  std::vector<unsigned char> q_, out_;
+  std::vector<uint8_t> kc_, vc_;
+  std::vector<float> ks_, vs_, q32_, k32_, v32_, out32_, lse_, lse32_, sinks_;
+  std::vector<int32_t> table_;
+  int64_t pages_ = 0, stride_ = 0;
+};
+
+// Runs `forward` on p.call() and returns "" if out and lse pass the tolerance rule against the
+// oracle on that call, else the first failure.
+std::string check_quantized_forward(QuantizedProblem& p, const std::function<void(const flashattn::ForwardArgs&)>& forward);
+
+}  // namespace props
