@@ -128,7 +128,9 @@ void check_kv_scales(const AttentionArgs& a, int64_t nseq) {
   if (q.granularity != ScaleGranularity::tensor && q.granularity != ScaleGranularity::head &&
       q.granularity != ScaleGranularity::token)
     fail("kv_scales.granularity (", static_cast<int>(q.granularity), ") is not a ScaleGranularity (tensor, head, token)");
-  for (const auto& [scales, name] : {std::pair<const float*, const char*>{q.k, "kv_scales.k"}, {q.v, "kv_scales.v"}}) {
+  for (const auto& array : {std::pair<const float*, const char*>{q.k, "kv_scales.k"}, {q.v, "kv_scales.v"}}) {
+    const float* scales = array.first;  // named, not a structured binding: the lambda below captures it
+    const char* name = array.second;
     if (reinterpret_cast<uintptr_t>(scales) % alignof(float) != 0)
       fail(name, " (", static_cast<const void*>(scales), ") is not 4-byte aligned");
     auto check = [&](int64_t i) {
