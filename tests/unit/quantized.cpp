@@ -189,7 +189,7 @@ TEST_CASE("quantized: the CPU dequantizes every 8-bit pattern exactly, on every 
 TEST_CASE("quantized: bad dtypes, scales and uses are rejected, naming the argument") {
   Fixture fx;
   std::vector<uint8_t> kb(fx.k.size()), vb(fx.v.size());
-  std::vector<float> one{0.5f}, two{0.5f, 0.25f}, tokens(2 * 5 * 2, 0.125f);
+  std::vector<float> one{0.5f}, two{0.5f, 0.25f}, heads{0.5f, 0.25f}, tokens(2 * 5 * 2, 0.125f);
   auto quantized = [&](DType t) {
     flashattn::ForwardArgs a = fx.forward();
     a.k.data = kb.data();
@@ -234,7 +234,7 @@ TEST_CASE("quantized: bad dtypes, scales and uses are rejected, naming the argum
     for (float bad : {0.0f, -0.5f, NAN, INFINITY}) {
       auto a = quantized(DType::e4m3);
       two[1] = bad;
-      a.kv_scales = {one.data(), two.data(), ScaleGranularity::head};
+      a.kv_scales = {heads.data(), two.data(), ScaleGranularity::head};  // one scale per head (Hk = 2) each
       reject(fx, a, {"kv_scales.v[1]", "must be finite and > 0"});
     }
   }
