@@ -372,7 +372,7 @@ void BackwardItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCo
 
   Rows k, v;  // keys [0, nk) of the head as fp32 rows, or (bf16 tile products) packed in w
   if (nk > 0 && bf16) PackHeadBf16(a, p, w, held, seq, kvh);
-  if (nk > 0 && !bf16) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+  if (nk > 0 && !bf16) head_kv(a, p, seq, kvh, w.kv, held, k, v, {WidenRow, DequantizeRow});
   if (adaptive && nk > 0) RowSquaredNorms(d, k.data, k.ld, nk, dim, w.knorm);
   std::fill(w.dkt, w.dkt + nk * dp, 0.0f);
   std::fill(w.dvt, w.dvt + nk * dp, 0.0f);
@@ -583,7 +583,7 @@ void DbiasItem(const BackwardArgs& a, const Plan& p, BackwardScratch& w, KvCopy&
       const int64_t kvh = h / p.group;
       Rows k, v;
       if (bf16) PackHeadBf16(a, p, w, held, seq, kvh);
-      if (!bf16) head_kv(a, p, seq, kvh, w.kv, held, k, v, WidenRow);
+      if (!bf16) head_kv(a, p, seq, kvh, w.kv, held, k, v, {WidenRow, DequantizeRow});
       if (adaptive) RowSquaredNorms(d, k.data, k.ld, nk, dim, w.knorm);
       TileScores ts;
       ts.scale = effective_scale(a);

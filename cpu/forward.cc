@@ -203,7 +203,7 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
     if (kBf16Path && p.bf16_dot) {
       PackHeadBf16(a, p, w, held.packed, seq, kvh);  // the bf16 rows as pairs
     } else if (p.copy_kv) {
-      shared.acquire(a, seq, kvh, held.kv_slot, k, v, WidenRow);
+      shared.acquire(a, seq, kvh, held.kv_slot, k, v, {WidenRow, DequantizeRow});
     } else {
       in_place_kv(a, seq, kvh, k, v);
     }

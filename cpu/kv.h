@@ -52,8 +52,13 @@ inline ConstMatrix row_block(const Rows& r, int64_t first, int64_t n, int64_t co
   return {r.data + first * r.ld, n, cols, r.ld};
 }
 
-// Widens n elements at offset `off` of a buffer of dtype t into dst (load_row or a SIMD version).
-using WidenFn = void (*)(const void* data, DType t, int64_t off, int64_t n, float* dst);
+// How a kernel reads one K or V row as fp32 (its target's versions of widen-inl.h): `widen` writes
+// the n elements at offset `off` of a buffer of dtype t (f32, f16, bf16) to dst (WidenRow);
+// `dequantize` those of a quantized buffer, each times `scale` (DequantizeRow).
+struct RowReaders {
+  void (*widen)(const void* data, DType t, int64_t off, int64_t n, float* dst);
+  void (*dequantize)(const void* data, DType t, int64_t off, int64_t n, float scale, float* dst);
+};
 
 // Prefetches into L2 rows [c0, c1) of k and v (clamped to [0, n)): the key block after the one
 // being computed, so a head whose k, v do not fit in L2 (long sequences) streams from memory while
@@ -72,9 +77,10 @@ inline void in_place_kv(const AttentionArgs& a, const Sequence& seq, int64_t kvh
 }
 
 // Widens keys [0, seq.mask.seqlen_k) of head kvh of k and v into the contiguous rows kc, vc (dim
-// floats each) with `widen`. With a block table the rows are gathered from their pages (key_row).
+// floats each) with `read` (quantized rows times their scales). With a block table the rows are
+// gathered from their pages (key_row).
 inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t dim, float* kc, float* vc,
-                      WidenFn widen) {
+                      RowReaders read) {
   constexpr int64_t kAhead = 8;  // rows prefetched ahead of the copy (strided rows defeat the hardware prefetcher)
   for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
     if (j + kAhead < seq.mask.seqlen_k) {
@@ -83,12 +89,13 @@ inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, 
       prefetch_row(a.v.data, a.v.dtype, a.v.offset(ahead.batch, ahead.row, kvh), dim);
     }
     const KeyRow at = key_row(a, seq, j);
-    widen(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, kvh), dim, kc + j * dim);
-    widen(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, kvh), dim, vc + j * dim);
-    if (is_quantized(a.k.dtype)) {  // the decoded row times its scale (docs/semantics.md, "Quantized K/V")
-      const float ks = kv_scale(a, a.kv_scales.k, at.batch, at.row, kvh), vs = kv_scale(a, a.kv_scales.v, at.batch, at.row, kvh);
-      for (int64_t x = 0; x < dim; ++x) kc[j * dim + x] = dequantize(kc[j * dim + x], ks);
-      for (int64_t x = 0; x < dim; ++x) vc[j * dim + x] = dequantize(vc[j * dim + x], vs);
+    const int64_t ko = a.k.offset(at.batch, at.row, kvh), vo = a.v.offset(at.batch, at.row, kvh);
+    if (is_quantized(a.k.dtype)) {  // docs/semantics.md, "Quantized K/V"
+      read.dequantize(a.k.data, a.k.dtype, ko, dim, kv_scale(a, a.kv_scales.k, at.batch, at.row, kvh), kc + j * dim);
+      read.dequantize(a.v.data, a.v.dtype, vo, dim, kv_scale(a, a.kv_scales.v, at.batch, at.row, kvh), vc + j * dim);
+    } else {
+      read.widen(a.k.data, a.k.dtype, ko, dim, kc + j * dim);
+      read.widen(a.v.data, a.v.dtype, vo, dim, vc + j * dim);
     }
   }
 }
@@ -97,14 +104,14 @@ inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, 
 // from the thread's copy `copy` (room for 2·max_k·d floats), refilled when `held` says it holds
 // another head.
 inline void head_kv(const AttentionArgs& a, const Plan& p, const Sequence& seq, int64_t kvh, float* copy,
-                    KvCopy& held, Rows& k, Rows& v, WidenFn widen) {
+                    KvCopy& held, Rows& k, Rows& v, RowReaders read) {
   if (!p.copy_kv) {
     in_place_kv(a, seq, kvh, k, v);
     return;
   }
   float* kc = copy;
   float* vc = copy + p.max_k * p.dim;
-  if (held.refill(p, seq, kvh)) copy_head(a, seq, kvh, p.dim, kc, vc, widen);
+  if (held.refill(p, seq, kvh)) copy_head(a, seq, kvh, p.dim, kc, vc, read);
   k = {kc, p.dim};
   v = {vc, p.dim};
 }
@@ -124,10 +131,10 @@ class SharedKv {
   SharedKv(const SharedKv&) = delete;
   SharedKv& operator=(const SharedKv&) = delete;
 
-  // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of seq, copied with `widen`; `held` is the
+  // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of seq, copied with `read`; `held` is the
   // slot the calling thread holds (-1: none), released first when it holds another head.
   void acquire(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int& held, Rows& k, Rows& v,
-               WidenFn widen);
+               RowReaders read);
 
  private:
   struct Slot {

@@ -67,7 +67,7 @@ inline void WidenRow(const void* data, DType t, int64_t off, int64_t n, float* H
 // decoded values times `scale` (docs/semantics.md, "Quantized K/V"): bit for bit
 // flashattn::dequantize(load_as_float(...), scale), decoded with integer vector operations on every
 // vector target (the 8-bit floats' bits moved into fp32 fields; subnormals as m·2^-9 or m·2^-16),
-// the tail (and the scalar target) by the scalar functions.
+// the tail (and the scalar target) by rows.h's load_row.
 inline void DequantizeRow(const void* data, DType t, int64_t off, int64_t n, float scale, float* HWY_RESTRICT dst) {
   int64_t x = 0;
 #if HWY_TARGET != HWY_SCALAR
@@ -105,7 +105,8 @@ inline void DequantizeRow(const void* data, DType t, int64_t off, int64_t n, flo
     }
   }
 #endif
-  for (; x < n; ++x) dst[x] = dequantize(load_as_float(data, t, off + x), scale);
+  ::flashattn::cpu::detail::load_row(data, t, off + x, n - x, dst + x);  // the scalar decodings (rows.h)
+  for (; x < n; ++x) dst[x] = dequantize(dst[x], scale);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE

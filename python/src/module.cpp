@@ -21,9 +21,8 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <optional>
 #include <map>
-#include <set>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
