@@ -109,6 +109,77 @@ FLASHATTN_HD inline float float_from_e4m3_bits(uint8_t b) {
 // bias 15, 2 mantissa bits, infinities and NaNs) as a float (exact): the top byte of an f16.
 FLASHATTN_HD inline float float_from_e5m2_bits(uint8_t b) { return float_from_f16_bits(static_cast<uint16_t>(b << 8)); }
 
+// Returns the code of an 8-bit float format (sign, E exponent bits with bias `Bias`, M mantissa
+// bits) nearest to x, ties to the even code, finite magnitudes past the largest finite value `MaxCode`
+// and infinities saturating to it (as cvt.rn.satfinite), NaN to `NanCode` (sign kept).
+template <int Bias, int M, uint8_t MaxCode, uint8_t NanCode>
+FLASHATTN_HD inline uint8_t fp8_bits_from_float(float x) {
+  const uint32_t u = float_bits(x), a = u & 0x7fffffffu;
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | NanCode);
+  const uint32_t exp32 = a >> 23;
+  const uint32_t max_bits = static_cast<uint32_t>(((MaxCode >> M) + 127 - Bias) << 23) | ((MaxCode & ((1u << M) - 1u)) << (23 - M));
+  if (a >= max_bits) return static_cast<uint8_t>(sign | MaxCode);
+  if (exp32 >= static_cast<uint32_t>(128 - Bias)) {
+    // Normal: rebias the exponent and round 23 - M bits away, ties to even; a carry may roll into the
+    // next binade (never past MaxCode: anything that rounds there was saturated above).
+    uint32_t r = a - (static_cast<uint32_t>(127 - Bias) << 23);
+    r += (1u << (22 - M)) - 1u + ((r >> (23 - M)) & 1u);
+    return static_cast<uint8_t>(sign | (r >> (23 - M)));
+  }
+  // Subnormal of the format: the value in units of its spacing 2^(1 - Bias - M), rounded half to even
+  // (a result of 2^M is the smallest normal, whose code is the same integer).
+  if (exp32 == 0) return sign;  // fp32 subnormals are far below half the spacing
+  const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 151u - exp32 - static_cast<uint32_t>(Bias + M);
+  if (shift > 24u) return sign;
+  uint32_t h = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (h & 1u))) ++h;
+  return static_cast<uint8_t>(sign | h);
+}
+
+// Returns the E4M3FN code nearest to x (ties to even; beyond ±448, infinities included: ±448; NaN:
+// S.1111.111).
+FLASHATTN_HD inline uint8_t e4m3_bits_from_float(float x) { return fp8_bits_from_float<7, 3, 0x7e, 0x7f>(x); }
+
+// Returns the E5M2 code nearest to x (ties to even; beyond ±57344, infinities included: ±57344;
+// NaN: S.11111.10).
+FLASHATTN_HD inline uint8_t e5m2_bits_from_float(float x) { return fp8_bits_from_float<15, 2, 0x7b, 0x7e>(x); }
+
+// Returns the integer nearest to x (ties to even), saturated to [-127, 127]; NaN gives 0 (callers
+// reject NaN before: an i8 cache cannot hold it).
+FLASHATTN_HD inline int8_t i8_from_float(float x) {
+  const uint32_t u = float_bits(x), a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0;
+  int32_t h;
+  if (a >= 0x42fe0000u) {  // |x| >= 127
+    h = 127;
+  } else if ((a >> 23) < 126u) {  // |x| < 0.5
+    h = 0;
+  } else {
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, shift = 150u - (a >> 23);  // shift in [17, 24]
+    uint32_t q = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    h = static_cast<int32_t>(q);
+  }
+  return static_cast<int8_t>((u >> 31) ? -h : h);
+}
+
+// The largest finite magnitude of quantized dtype t (i8: 127, the symmetric range an append writes).
+constexpr float quantized_max(DType t) { return t == DType::i8 ? 127.0f : t == DType::e4m3 ? 448.0f : 57344.0f; }
+
+// Returns the code of quantized dtype t nearest to x (docs/semantics.md, "Appending to a quantized
+// cache"), as the byte stored.
+FLASHATTN_HD inline uint8_t quantize_bits(DType t, float x) {
+  switch (t) {
+    case DType::i8: return static_cast<uint8_t>(i8_from_float(x));
+    case DType::e4m3: return e4m3_bits_from_float(x);
+    default: return e5m2_bits_from_float(x);
+  }
+}
+
 // Returns x rounded to dtype t and widened back to float (the value a tensor of dtype t would hold).
 FLASHATTN_HD inline float round_to(DType t, float x) {
   switch (t) {

@@ -262,7 +262,7 @@ TEST_CASE("quantized: bad dtypes, scales and uses are rejected, naming the argum
     b.kv_scales = {one.data(), one.data(), ScaleGranularity::tensor};
     reject(fx, b, {"k.dtype (i8) is quantized", "forward only"});
   }
-  SUBCASE("an append into a quantized cache") {
+  SUBCASE("an append into quantized caches without their scales") {
     auto a = fx.forward();
     std::vector<int32_t> lens{3, 3};
     a.seqlens_k = lens.data();
@@ -272,12 +272,93 @@ TEST_CASE("quantized: bad dtypes, scales and uses are rejected, naming the argum
     a.append.v_new = bshd(static_cast<const void*>(fx.v.data()), DType::f32, 2, 1, 2, 8);
     a.k = {};
     a.v = {};
-    reject(fx, a, {"append.k_cache.dtype (i8) is quantized", "not supported"});
+    reject(fx, a, {"kv_scales.k is null", "need their scales"});
   }
   SUBCASE("scales overlapping out") {
     auto a = quantized(DType::i8);
     a.kv_scales.k = reinterpret_cast<const float*>(a.out.data);
     fx.out[0] = 0.5f;  // a valid scale, so the overlap is what is wrong
     reject(fx, a, {"out overlaps input kv_scales.k"});
+  }
+}
+
+namespace {
+
+// The documented rounding (docs/semantics.md, "Appending to a quantized cache") by search over the
+// patterns with this file's decoder: the finite pattern of x's sign nearest to x, ties to the even
+// pattern; infinities saturate to the largest finite value, NaN is the format's NaN pattern.
+uint8_t nearest_fp8(float x, int ebits, bool fn) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return static_cast<uint8_t>(sign | (fn ? 0x7f : 0x7e));
+  const uint8_t max = fn ? 0x7e : 0x7b;  // the largest finite value
+  if (std::fabs(static_cast<double>(x)) >= decode_fp8(max, ebits, fn)) return static_cast<uint8_t>(sign | max);
+  uint8_t best = sign;
+  double err = INFINITY;
+  for (int m = 0; m < 128; ++m) {
+    const uint8_t b = static_cast<uint8_t>(sign | m);
+    const double v = decode_fp8(b, ebits, fn);
+    if (!std::isfinite(v)) continue;
+    const double e = std::fabs(v - static_cast<double>(x));
+    if (e < err || (e == err && (b & 1) == 0)) err = e, best = b;
+  }
+  return best;
+}
+
+// Floats that probe fp8 rounding: every pattern's value, the midpoints of neighbouring values and
+// the floats just beside them, values past the range, specials, and pseudo-random floats.
+std::vector<float> rounding_probes(int ebits, bool fn) {
+  std::vector<double> values;
+  for (int b = 0; b < 128; ++b)
+    if (const double v = decode_fp8(static_cast<uint8_t>(b), ebits, fn); std::isfinite(v)) values.push_back(v);
+  std::sort(values.begin(), values.end());
+  std::vector<float> r;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float v = static_cast<float>(values[i]);
+    const float mid = static_cast<float>(i + 1 < values.size() ? (values[i] + values[i + 1]) / 2 : values[i] * 1.0625);
+    for (const float x : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY), static_cast<float>(values[i] * 2)}) {
+      r.push_back(x);
+      r.push_back(-x);
+    }
+  }
+  for (const float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, 1e-38f, 3e38f, -3e38f}) r.push_back(x);
+  uint32_t s = 12345;
+  for (int i = 0; i < 20000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    const int e = static_cast<int>(s >> 26) - 40 + (ebits == 5 ? 8 : 0);  // exponents around the format's range
+    s = s * 1664525u + 1013904223u;
+    r.push_back(std::ldexp(static_cast<float>(s >> 8) / 16777216.0f + 0.5f, e) * ((s & 1) ? -1.0f : 1.0f));
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("quantized: the 8-bit floats' rounding takes the nearest pattern, ties to even, saturating") {
+  for (const auto& format : {std::tuple<DType, int, bool>{DType::e4m3, 4, true}, {DType::e5m2, 5, false}}) {
+    const DType t = std::get<0>(format);  // not a structured binding: CAPTURE's lambda refers to it
+    const int ebits = std::get<1>(format);
+    const bool fn = std::get<2>(format);
+    CAPTURE(flashattn::dtype_name(t));
+    for (const float x : rounding_probes(ebits, fn)) {
+      CAPTURE(x);
+      const uint8_t got = flashattn::quantize_bits(t, x), want = nearest_fp8(x, ebits, fn);
+      if (got != want) CHECK(int(got) == int(want));  // one line per failure, not one per probe
+    }
+  }
+}
+
+TEST_CASE("quantized: int8 rounding takes the nearest integer, ties to even, saturating at +-127") {
+  std::vector<float> probes{0.0f, -0.0f, INFINITY, -INFINITY, 1e-45f, 3e38f, -3e38f, 127.0f, -127.0f, 128.0f, -128.0f};
+  for (int k = -140; k <= 140; ++k) {
+    const float mid = static_cast<float>(k) + 0.5f;
+    for (const float x : {static_cast<float>(k), mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY)})
+      probes.push_back(x);
+  }
+  for (int i = 1; i < 4000; ++i) probes.push_back(static_cast<float>(i) * 0.0371f - 75.0f);
+  for (const float x : probes) {
+    CAPTURE(x);
+    const double r = std::clamp(std::nearbyint(static_cast<double>(x)), -127.0, 127.0);  // ties to even
+    const int got = static_cast<int8_t>(flashattn::quantize_bits(DType::i8, x));
+    if (got != static_cast<int>(r)) CHECK(got == static_cast<int>(r));
   }
 }
