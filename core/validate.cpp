@@ -57,7 +57,7 @@ void check_out_and_lse(const AttentionArgs& a, const ConstTensor& out, const flo
 }
 
 // Checks the input views q, k, v on their own and against each other.
-// k and v may be quantized (`quantized_ok`: a forward without an append), both of one quantized dtype.
+// k and v may be quantized (`quantized_ok`: a forward, over k/v or the caches), both of one quantized dtype.
 void check_inputs(const AttentionArgs& a, bool quantized_ok = false) {
   check_tensor(a.q, "q");
   check_tensor(a.k, "k", quantized_ok);
@@ -115,10 +115,18 @@ void check_paged(const AttentionArgs& a, int64_t appended) {
   }
 }
 
+// The names of the scale arrays in messages: kv_scales.k/.v, or an append's written ones.
+const char* const* scale_names(bool appended) {
+  static const char* const given[2] = {"kv_scales.k", "kv_scales.v"};
+  static const char* const written[2] = {"append.k_scales", "append.v_scales"};
+  return appended ? written : given;
+}
+
 // Checks kv_scales (docs/semantics.md, "Quantized K/V"): set exactly when k and v are quantized;
 // then every scale the call reads (by the granularity: the one, one per key/value head, or one per
 // row of each sequence's keys, found through the block table) finite and > 0. nseq: sequences.
-void check_kv_scales(const AttentionArgs& a, int64_t nseq) {
+// `appended`: the scales are an append's append.k_scales/.v_scales (named so in messages).
+void check_kv_scales(const AttentionArgs& a, int64_t nseq, bool appended) {
   const KvScales& q = a.kv_scales;
   if (!is_quantized(a.k.dtype)) {
     if (q.k || q.v) fail("kv_scales.", q.k ? "k" : "v", " is set but k.dtype (", dtype_name(a.k.dtype), ") is not quantized");
@@ -128,7 +136,8 @@ void check_kv_scales(const AttentionArgs& a, int64_t nseq) {
   if (q.granularity != ScaleGranularity::tensor && q.granularity != ScaleGranularity::head &&
       q.granularity != ScaleGranularity::token)
     fail("kv_scales.granularity (", static_cast<int>(q.granularity), ") is not a ScaleGranularity (tensor, head, token)");
-  for (const auto& array : {std::pair<const float*, const char*>{q.k, "kv_scales.k"}, {q.v, "kv_scales.v"}}) {
+  const char* const* names = scale_names(appended);
+  for (const auto& array : {std::pair<const float*, const char*>{q.k, names[0]}, {q.v, names[1]}}) {
     const float* scales = array.first;  // named, not a structured binding: the lambda below captures it
     const char* name = array.second;
     if (reinterpret_cast<uintptr_t>(scales) % alignof(float) != 0)
@@ -291,7 +300,7 @@ void check_block_mask(const AttentionArgs& a, int64_t nseq) {
 
 // Checks the options: scale, softcap, window, varlen and key lengths, ALiBi (host arrays). With an
 // append, seqlens_k counts the rows before it and the `appended` rows must fit too.
-void check_options(const AttentionArgs& a, int64_t appended = 0) {
+void check_options(const AttentionArgs& a, int64_t appended = 0, bool written_scales = false) {
   if (!a.block_table) check_paged(a, 0);  // block-table fields set without a table
   if (a.scale && !std::isfinite(*a.scale)) fail("scale (", *a.scale, ") must be finite (leave it empty for 1/sqrt(d))");
   if (!std::isfinite(a.softcap) || a.softcap < 0) fail("softcap (", a.softcap, ") must be finite and >= 0 (0: off)");
@@ -333,7 +342,7 @@ void check_options(const AttentionArgs& a, int64_t appended = 0) {
     }
   }
   check_paged(a, appended);
-  check_kv_scales(a, nseq);
+  check_kv_scales(a, nseq, written_scales);
   check_sinks(a);
   check_bias(a, nseq);
   check_block_mask(a, nseq);
@@ -362,7 +371,8 @@ bool is_empty_view(const ConstTensor& t) {
 }
 
 // Bytes of the side arrays a call reads (tables, sinks), for the overlap checks of its outputs.
-std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
+// `written_scales`: kv_scales are an append's append.k_scales/.v_scales (named so).
+std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a, bool written_scales = false) {
   std::vector<std::pair<Span, const char*>> r;
   const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
   if (a.sinks) r.push_back({span_of(a.sinks, a.q.heads * 4), "sinks"});
@@ -378,8 +388,9 @@ std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
   }
   if (a.seqlens_k) r.push_back({span_of(a.seqlens_k, nseq * 4), "seqlens_k"});
   if (const int64_t n = kv_scale_count(a); n > 0) {
-    r.push_back({span_of(a.kv_scales.k, mul_checked(n, 4, "kv_scales bytes")), "kv_scales.k"});
-    r.push_back({span_of(a.kv_scales.v, mul_checked(n, 4, "kv_scales bytes")), "kv_scales.v"});
+    const char* const* names = scale_names(written_scales);
+    r.push_back({span_of(a.kv_scales.k, mul_checked(n, 4, "kv_scales bytes")), names[0]});
+    r.push_back({span_of(a.kv_scales.v, mul_checked(n, 4, "kv_scales bytes")), names[1]});
   }
   if (a.block_table && a.q.batch > 0) {
     const int64_t stride = a.block_table_stride ? a.block_table_stride : a.block_table_pages;
@@ -387,6 +398,61 @@ std::vector<std::pair<Span, const char*>> side_arrays(const AttentionArgs& a) {
     r.push_back({span_of(a.block_table, mul_checked(n, 4, "block_table bytes")), "block_table"});
   }
   return r;
+}
+
+// An i8 cache has no NaN (docs/semantics.md, "Appending to a quantized cache"): the new rows'
+// elements and the rotary entries they are rotated with must be finite (then no NaN can arise).
+void check_i8_sources(const ForwardArgs& a) {
+  const KvAppend& ap = a.append;
+  for (const auto& nv : {std::pair<const ConstTensor*, const char*>{&ap.k_new, "append.k_new"}, {&ap.v_new, "append.v_new"}}) {
+    const ConstTensor& t = *nv.first;
+    for (int64_t b = 0; b < t.batch; ++b)
+      for (int64_t r = 0; r < t.seq; ++r)
+        for (int64_t h = 0; h < t.heads; ++h)
+          for (int64_t x = 0; x < t.dim; ++x)
+            if (const float e = load_as_float(t.data, t.dtype, t.offset(b, r, h) + x); !std::isfinite(e))
+              fail(nv.second, "[", b, ", ", r, ", ", h, ", ", x, "] (", e, ") is not finite: an i8 cache cannot hold it");
+  }
+  if (!ap.rotary_cos) return;
+  const int64_t half = ap.rotary_dim / 2;
+  for (int64_t b = 0; b < a.q.batch; ++b)
+    for (int64_t t = 0; t < ap.k_new.seq; ++t)
+      for (int64_t r = 0; r < half; ++r) {
+        const int64_t i = (int64_t{a.seqlens_k[b]} + t) * half + r;
+        for (const auto& tab : {std::pair<const float*, const char*>{ap.rotary_cos, "append.rotary_cos"}, {ap.rotary_sin, "append.rotary_sin"}})
+          if (!std::isfinite(tab.first[i]))
+            fail(tab.second, "[", i, "] (", tab.first[i], ") is not finite: it rotates a new row of an i8 cache, which cannot hold a NaN");
+      }
+}
+
+// Arranges the scales of an append into quantized caches (docs/semantics.md, "Appending to a
+// quantized cache") in `eff`, the call over the caches: at token granularity the caches' writable
+// scale arrays append.k_scales/.v_scales, at the others kv_scales as given. Checks which are set.
+void arrange_append_scales(const ForwardArgs& a, AttentionArgs& eff) {
+  const KvAppend& ap = a.append;
+  const DType kt = ap.k_cache.dtype, vt = ap.v_cache.dtype;
+  if ((is_quantized(kt) || is_quantized(vt)) && kt != vt)
+    fail("append.v_cache.dtype (", dtype_name(vt), ") must equal append.k_cache.dtype (", dtype_name(kt),
+         ") when the caches are quantized");
+  const char* set = ap.k_scales ? "append.k_scales" : "append.v_scales";
+  if (!is_quantized(kt)) {
+    if (ap.k_scales || ap.v_scales) fail(set, " is set but append.k_cache.dtype (", dtype_name(kt), ") is not quantized");
+    return;
+  }
+  if (a.kv_scales.granularity != ScaleGranularity::token) {
+    if (ap.k_scales || ap.v_scales)
+      fail(set, " is set but kv_scales.granularity is not token: only per-token scales are written by an append (the "
+           "others are read from kv_scales.k/.v)");
+    return;
+  }
+  if (a.kv_scales.k || a.kv_scales.v)
+    fail("kv_scales.", a.kv_scales.k ? "k" : "v", " is set: an append into a quantized cache at token granularity takes "
+         "the caches' scale arrays as append.k_scales/.v_scales (written for the new rows)");
+  if (!ap.k_scales || !ap.v_scales)
+    fail("append.", ap.k_scales ? "v_scales" : "k_scales", " is null: an append into a quantized cache at token "
+         "granularity writes the new rows' scales there");
+  eff.kv_scales.k = ap.k_scales;
+  eff.kv_scales.v = ap.v_scales;
 }
 
 // Checks the append of a forward call (docs/semantics.md, "Appending to a KV cache"): `eff` is the
@@ -443,7 +509,7 @@ void check_append(const ForwardArgs& a, const AttentionArgs& eff) {
   // The caches are written: they must not overlap what the call reads or any other output.
   const Span kc = span_of(ap.k_cache, "append.k_cache"), vc = span_of(ap.v_cache, "append.v_cache");
   if (overlaps(kc, vc)) fail("append.k_cache overlaps append.v_cache in memory");
-  std::vector<std::pair<Span, const char*>> others = side_arrays(a);
+  std::vector<std::pair<Span, const char*>> others = side_arrays(eff, ap.k_scales != nullptr);
   others.push_back({span_of(a.q, "q"), "q"});
   others.push_back({span_of(ap.k_new, "append.k_new"), "append.k_new"});
   others.push_back({span_of(ap.v_new, "append.v_new"), "append.v_new"});
@@ -455,6 +521,20 @@ void check_append(const ForwardArgs& a, const AttentionArgs& eff) {
   for (const auto& o : others) {
     if (overlaps(kc, o.first)) fail("append.k_cache overlaps ", o.second, " in memory");
     if (overlaps(vc, o.first)) fail("append.v_cache overlaps ", o.second, " in memory");
+  }
+  if (ap.k_cache.dtype == DType::i8) check_i8_sources(a);
+  // Scales written at token granularity: apart from everything else, as the caches are.
+  if (ap.k_scales) {
+    const int64_t bytes = mul_checked(kv_scale_count(eff), 4, "kv_scales bytes");
+    const Span ks = span_of(ap.k_scales, bytes), vs = span_of(ap.v_scales, bytes);
+    if (overlaps(ks, vs)) fail("append.k_scales overlaps append.v_scales in memory");
+    others.push_back({kc, "append.k_cache"});
+    others.push_back({vc, "append.v_cache"});
+    for (const auto& o : others) {
+      if (o.second == scale_names(true)[0] || o.second == scale_names(true)[1]) continue;  // themselves
+      if (overlaps(ks, o.first)) fail("append.k_scales overlaps ", o.second, " in memory");
+      if (overlaps(vs, o.first)) fail("append.v_scales overlaps ", o.second, " in memory");
+    }
   }
 }
 
@@ -494,27 +574,24 @@ void validate(const ForwardArgs& a) {
   const bool append = a.append.used();
   AttentionArgs eff = a;
   if (append) {
-    for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&a.append.k_cache, "append.k_cache"},
-                                  {&a.append.v_cache, "append.v_cache"}})
-      if (is_quantized(t->dtype))
-        fail(name, ".dtype (", dtype_name(t->dtype), ") is quantized: an append into a quantized cache is not "
-             "supported (write the quantized rows and their scales yourself, then attend without append)");
-    check_tensor(a.append.k_cache, "append.k_cache");
-    check_tensor(a.append.v_cache, "append.v_cache");
+    check_tensor(a.append.k_cache, "append.k_cache", true);
+    check_tensor(a.append.v_cache, "append.v_cache", true);
     check_tensor(a.append.k_new, "append.k_new");
     check_tensor(a.append.v_new, "append.v_new");
+    arrange_append_scales(a, eff);
     eff.k = a.append.k_cache;
     eff.v = a.append.v_cache;
   }
-  check_inputs(eff, !append);
+  check_inputs(eff, true);
   check_out_and_lse(eff, a.out, a.lse);
-  check_options(eff, append ? a.append.k_new.seq : 0);
+  const bool written_scales = append && a.append.k_scales;
+  check_options(eff, append ? a.append.k_new.seq : 0, written_scales);
   if (append) check_append(a, eff);
   // Outputs: no self-overlap, and no overlap with any input.
   check_no_self_overlap(a.out, "out");
   const Span out_span = span_of(a.out, "out");
   const Span lse_span = span_of(a.lse, lse_bytes(a));
-  std::vector<std::pair<Span, const char*>> inputs = side_arrays(a);
+  std::vector<std::pair<Span, const char*>> inputs = side_arrays(eff, written_scales);
   inputs.push_back({span_of(a.q, "q"), "q"});
   inputs.push_back({span_of(eff.k, append ? "append.k_cache" : "k"), append ? "append.k_cache" : "k"});
   inputs.push_back({span_of(eff.v, append ? "append.v_cache" : "v"), append ? "append.v_cache" : "v"});

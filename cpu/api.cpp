@@ -84,12 +84,7 @@ void backward(const BackwardArgs& a, const Config& c) {
 // equal head dims (the padded copies of dv != d and the rotated queries are not counted).
 size_t workspace_bytes(const ForwardArgs& a, const Config& c) {
   validate(a);
-  ForwardArgs f = a;
-  if (a.append.used()) {
-    f.k = a.append.k_cache;
-    f.v = a.append.v_cache;
-    f.append = KvAppend{};
-  }
+  ForwardArgs f = a.append.used() ? appended_call(a, a.seqlens_k, a.q.data) : a;
   {
     const detail::Plan p = detail::make_plan(f, c, false);
     if (detail::decode_applies(f, c, p)) {

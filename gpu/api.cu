@@ -205,9 +205,10 @@ void check_gpu(const AttentionArgs& a, int64_t dv, bool backward, const float* l
                std::initializer_list<NamedTensor> tensors) {
   const std::string why = unsupported_reason(a.q.dtype, a.q.dim, dv, backward);
   if (!why.empty()) throw Error(why);
-  if (is_quantized(a.k.dtype))
-    fail("gpu: quantized K/V (k.dtype ", dtype_name(a.k.dtype), ") are not supported by the GPU backend yet "
-         "(flashattn::cpu and flashattn::reference take them)");
+  for (const NamedTensor& t : tensors)  // k and v, or an append's caches
+    if (is_quantized(t.tensor.dtype))
+      fail("gpu: quantized K/V (", t.name, ".dtype ", dtype_name(t.tensor.dtype), ") are not supported by the GPU "
+           "backend yet (flashattn::cpu and flashattn::reference take them)");
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   for (const NamedTensor& t : tensors) check_gpu_layout(t.tensor, t.name);

@@ -14,7 +14,9 @@
 
 #include <doctest/doctest.h>
 
+#include "flashattn/append.hpp"
 #include "flashattn/reference.hpp"
+#include "flashattn/validate.hpp"
 #include "props/check.hpp"
 #include "props/inference.hpp"
 #include "props/oracle_support.hpp"
@@ -59,7 +61,10 @@ TEST_CASE("oracle: a call over quantized K/V equals the fp32 call over their deq
   check("oracle/quantized", [] {
     const QuantizedSpec s = *gen_quantized();
     QuantizedProblem p(s);
-    const auto q = flashattn::reference::forward_values(p.call());
+    const flashattn::ForwardArgs a = p.call();
+    flashattn::validate(a);
+    const flashattn::AppendedCall c = flashattn::apply_append(a);  // as the oracle's forward does first
+    const auto q = flashattn::reference::forward_values(c.args);
     const auto f = flashattn::reference::forward_values(p.dequantized());
     for (const std::string& e : {same_bits(q.out, f.out, "out"), same_bits(q.lse, f.lse, "lse")})
       if (!e.empty()) RC_FAIL(e + " | " + s.describe());

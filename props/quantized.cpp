@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "flashattn/append.hpp"
 #include "flashattn/convert.hpp"
 #include "props/rng.hpp"
 #include "tolerance/judge.hpp"
@@ -32,19 +33,17 @@ double decode_fp8(uint8_t b, int ebits, bool fn) {
   return sign * std::ldexp(1.0 + static_cast<double>(m) / (1 << mbits), e - bias);
 }
 
-// Returns x / scale quantized to dtype t as a serving engine would: int8 rounded to nearest and
-// clamped to ±127; the 8-bit floats the finite pattern nearest to it (the largest finite value past
-// the range). Found by search over the 256 patterns, with this file's decoder.
-uint8_t quantize(DType t, double x, float scale) {
-  const double y = x / scale;
-  if (t == DType::i8) return static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(y), -127.0, 127.0)));
-  uint8_t best = 0;
-  double err = INFINITY;
-  for (int b = 0; b < 256; ++b) {
-    const double v = decode_quantized(t, static_cast<uint8_t>(b));
-    if (std::isfinite(v) && std::fabs(v - y) < err) err = std::fabs(v - y), best = static_cast<uint8_t>(b);
-  }
-  return best;
+// Returns x / scale quantized to dtype t as a serving engine would (and an append does).
+uint8_t quantize(DType t, float x, float scale) { return nearest_code(t, x / scale); }
+
+// Returns the scale an append computes for a row at token granularity: the largest finite magnitude
+// over the format's largest value (fp32 division), 1 when that is 0.
+float row_scale(DType t, const std::vector<float>& x) {
+  float amax = 0;
+  for (const float e : x)
+    if (std::isfinite(e)) amax = std::max(amax, std::fabs(e));
+  const float s = amax / static_cast<float>(t == DType::i8 ? 127 : t == DType::e4m3 ? 448 : 57344);
+  return s > 0 ? s : 1.0f;
 }
 
 // An element no call may read: a NaN pattern (int8 has none: its most negative value).
@@ -68,6 +67,22 @@ double decode_quantized(DType t, uint8_t byte) {
   return t == DType::e4m3 ? decode_fp8(byte, 4, true) : decode_fp8(byte, 5, false);
 }
 
+uint8_t nearest_code(DType t, float y) {
+  if (t == DType::i8)  // NaN has no code (an append rejects it): 0
+    return std::isnan(y) ? 0 : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(double{y}), -127.0, 127.0)));
+  const uint8_t sign = std::signbit(y) ? 0x80 : 0, max = t == DType::e4m3 ? 0x7e : 0x7b;
+  if (std::isnan(y)) return static_cast<uint8_t>(sign | (t == DType::e4m3 ? 0x7f : 0x7e));
+  if (std::fabs(double{y}) >= decode_quantized(t, max)) return static_cast<uint8_t>(sign | max);
+  uint8_t best = sign;
+  double err = INFINITY;
+  for (int m = 0; m <= max; ++m) {  // the finite patterns of y's sign
+    const uint8_t b = static_cast<uint8_t>(sign | m);
+    const double e = std::fabs(decode_quantized(t, b) - double{y});
+    if (e < err || (e == err && (b & 1) == 0)) err = e, best = b;
+  }
+  return best;
+}
+
 std::string QuantizedSpec::describe() const {
   std::ostringstream s;
   s << "quantized b=" << batch << " hk=" << heads_k << " g=" << group << " nq=" << seqlen_q << " d=" << dim
@@ -75,7 +90,7 @@ std::string QuantizedSpec::describe() const {
     << " scales=" << granularity_name(granularity) << " causal=" << causal << " wl=" << window_left
     << " softcap=" << softcap << " sinks=" << sinks << " page=" << page_size << " cap=" << capacity << " lengths=";
   for (size_t i = 0; i < lengths.size(); ++i) s << (i ? "," : "") << lengths[i];
-  s << " splits=" << num_splits << " seed=" << seed;
+  s << " splits=" << num_splits << " new_rows=" << new_rows << " seed=" << seed;
   return s.str();
 }
 
@@ -102,7 +117,8 @@ rc::Gen<QuantizedSpec> gen_quantized() {
       s.lengths.push_back(*rc::gen::elementOf(std::vector<int32_t>{0, 1, 5, 17, 40, 70}));
       longest = std::max(longest, s.lengths.back());
     }
-    s.capacity = longest + *rc::gen::inRange<int64_t>(0, 3);  // room past every sequence's keys
+    s.new_rows = *rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 1, 2, 5});
+    s.capacity = longest + s.new_rows + *rc::gen::inRange<int64_t>(0, 3);  // room past every sequence's keys
     if (s.page_size > 0) s.capacity = std::max<int64_t>(1, (s.capacity + s.page_size - 1) / s.page_size) * s.page_size;
     s.capacity = std::max<int64_t>(s.capacity, 1);
     s.num_splits = *rc::gen::inRange<int64_t>(0, 5);
@@ -157,17 +173,46 @@ QuantizedProblem::QuantizedProblem(const QuantizedSpec& s) : spec_(s) {
         if (s.granularity == ScaleGranularity::token) ks_[si] = random_scale(qt, rng), vs_[si] = random_scale(qt, rng);
         const int64_t plain = (b * cap + j) * hk + h;
         for (int64_t x = 0; x < d; ++x) {
-          const uint8_t byte = quantize(qt, rng.normal(), ks_[si]);
+          const uint8_t byte = quantize(qt, static_cast<float>(rng.normal()), ks_[si]);
           kc_[(row * hk + h) * d + x] = byte;
           k32_[plain * d + x] = static_cast<float>(decode_quantized(qt, byte)) * ks_[si];
         }
         for (int64_t x = 0; x < e; ++x) {
-          const uint8_t byte = quantize(qt, rng.normal(), vs_[si]);
+          const uint8_t byte = quantize(qt, static_cast<float>(rng.normal()), vs_[si]);
           vc_[(row * hk + h) * e + x] = byte;
           v32_[plain * e + x] = static_cast<float>(decode_quantized(qt, byte)) * vs_[si];
         }
       }
     }
+  // Rows the call appends: values in q's dtype (a few outliers, which saturate under a given scale),
+  // and the values they stand for once quantized into the caches, computed here.
+  const int64_t n = s.new_rows;
+  knew_.assign(static_cast<size_t>(B * n * hk * d) * es, 0);
+  vnew_.assign(static_cast<size_t>(B * n * hk * e) * es, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    after_.push_back(s.lengths[b] + static_cast<int32_t>(n));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t h = 0; h < hk; ++h) {
+        const int64_t plain = (b * cap + s.lengths[b] + r) * hk + h;
+        for (const bool key : {true, false}) {
+          const int64_t width = key ? d : e, at = ((b * n + r) * hk + h) * width;
+          std::vector<unsigned char>& src = key ? knew_ : vnew_;
+          std::vector<float> x;
+          for (int64_t i = 0; i < width; ++i) {
+            const double outlier = rng.below(16) == 0 ? 300.0 : 1.0;
+            flashattn::store_from_float(src.data(), t, at + i, static_cast<float>(rng.normal() * outlier));
+            x.push_back(flashattn::load_as_float(src.data(), t, at + i));
+          }
+          const float* given = key ? ks_.data() : vs_.data();
+          const float sc = s.granularity == ScaleGranularity::token ? row_scale(qt, x)
+                           : s.granularity == ScaleGranularity::head ? given[h]
+                                                                     : given[0];
+          std::vector<float>& dst = key ? k32_ : v32_;
+          for (int64_t i = 0; i < width; ++i)
+            dst[plain * width + i] = static_cast<float>(decode_quantized(qt, quantize(qt, x[i], sc))) * sc;
+        }
+      }
+  }
   out_.assign(static_cast<size_t>(B * nq * hq * e) * es, 0xFF);
   out32_.assign(static_cast<size_t>(B * nq * hq * e), kNaN);
   lse_.assign(static_cast<size_t>(B * hq * nq), kNaN);
@@ -184,6 +229,19 @@ flashattn::ForwardArgs QuantizedProblem::call() {
   a.k = flashattn::bshd(static_cast<const void*>(kc_.data()), s.quant, cb, cs, hk, d);
   a.v = flashattn::bshd(static_cast<const void*>(vc_.data()), s.quant, cb, cs, hk, e);
   a.kv_scales = {ks_.data(), vs_.data(), s.granularity};
+  if (s.new_rows > 0) {  // the same caches, reached through an append that writes the new rows first
+    a.append.k_cache = flashattn::bshd(static_cast<void*>(kc_.data()), s.quant, cb, cs, hk, d);
+    a.append.v_cache = flashattn::bshd(static_cast<void*>(vc_.data()), s.quant, cb, cs, hk, e);
+    a.append.k_new = flashattn::bshd(static_cast<const void*>(knew_.data()), s.dtype, B, s.new_rows, hk, d);
+    a.append.v_new = flashattn::bshd(static_cast<const void*>(vnew_.data()), s.dtype, B, s.new_rows, hk, e);
+    a.k = {};
+    a.v = {};
+    if (s.granularity == ScaleGranularity::token) {  // the caches' scales, written for the new rows
+      a.append.k_scales = ks_.data();
+      a.append.v_scales = vs_.data();
+      a.kv_scales.k = a.kv_scales.v = nullptr;
+    }
+  }
   if (paged) {
     a.block_table = table_.data();
     a.block_table_stride = stride_;
@@ -210,6 +268,8 @@ flashattn::ForwardArgs QuantizedProblem::dequantized() {
   a.k = flashattn::bshd(static_cast<const void*>(k32_.data()), DType::f32, B, s.capacity, hk, d);
   a.v = flashattn::bshd(static_cast<const void*>(v32_.data()), DType::f32, B, s.capacity, hk, e);
   a.kv_scales = {};
+  a.append = {};
+  a.seqlens_k = after_.data();
   a.block_table = nullptr;
   a.block_table_stride = a.block_table_pages = 0;
   std::fill(out32_.begin(), out32_.end(), kNaN);
@@ -222,7 +282,10 @@ flashattn::ForwardArgs QuantizedProblem::dequantized() {
 std::string check_quantized_forward(QuantizedProblem& p, const std::function<void(const flashattn::ForwardArgs&)>& forward) {
   const flashattn::ForwardArgs a = p.call();
   forward(a);
-  return flashattn::tolerance::judge_forward(a).first_failure();
+  // An append call is judged as the plain call over the caches it wrote (writing them again, from
+  // the same rows, changes no bit).
+  const flashattn::AppendedCall plain = flashattn::apply_append(a);
+  return flashattn::tolerance::judge_forward(plain.args).first_failure();
 }
 
 }  // namespace props

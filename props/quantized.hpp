@@ -3,7 +3,9 @@
 // scales per tensor, per head or per (row, head); rows past each sequence's key count, unused pages
 // and their scales hold garbage (NaN patterns, NaN scales) that must never be read. Beside the call,
 // the same problem over fp32 K/V holding the values dequantized by this file's own decoder (q
-// widened to fp32), which the oracle must compute bit for bit alike.
+// widened to fp32), which the oracle must compute bit for bit alike. Sometimes the call appends new
+// rows into the quantized caches (docs/semantics.md, "Appending to a quantized cache"); the fp32
+// problem then holds them as this file quantizes them, by its own search for the nearest code.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@ struct QuantizedSpec {
   std::vector<int32_t> lengths;  // keys of each sequence (seqlens_k)
   int64_t capacity = 1;          // rows per sequence of the caches (a multiple of page_size when paged)
   int64_t num_splits = 0;
+  int64_t new_rows = 0;  // rows the call appends to every sequence (0: no append)
   uint64_t seed = 0;
 
   int64_t heads_q() const { return heads_k * group; }
@@ -41,6 +44,11 @@ rc::Gen<QuantizedSpec> gen_quantized();
 // Returns the value of 8-bit pattern `byte` of quantized dtype t by the formats' definitions (int8,
 // OCP E4M3FN, OCP E5M2), written here independently of flashattn/convert.hpp.
 double decode_quantized(flashattn::DType t, uint8_t byte);
+
+// Returns the code of quantized dtype t for fp32 value y as an append writes it: the nearest value,
+// ties to the even code, saturating at the largest finite one (i8: +-127), NaN to the NaN pattern.
+// Found by search over the patterns with decode_quantized.
+uint8_t nearest_code(flashattn::DType t, float y);
 
 class QuantizedProblem {
  public:
@@ -59,13 +67,16 @@ class QuantizedProblem {
   QuantizedSpec spec_;
   std::vector<unsigned char> q_, out_;
   std::vector<uint8_t> kc_, vc_;
+  std::vector<unsigned char> knew_, vnew_;  // appended rows [B, new_rows, Hk, d / dv] in q's dtype
+  std::vector<int32_t> after_;              // each sequence's keys after the append
   std::vector<float> ks_, vs_, q32_, k32_, v32_, out32_, lse_, lse32_, sinks_;
   std::vector<int32_t> table_;
   int64_t pages_ = 0, stride_ = 0;
 };
 
 // Runs `forward` on p.call() and returns "" if out and lse pass the tolerance rule against the
-// oracle on that call, else the first failure.
+// oracle on that call (with an append: on the plain call over the caches it wrote), else the first
+// failure.
 std::string check_quantized_forward(QuantizedProblem& p, const std::function<void(const flashattn::ForwardArgs&)>& forward);
 
 }  // namespace props

@@ -9,6 +9,7 @@ add_executable(flashattn_unit
   ${CMAKE_CURRENT_LIST_DIR}/unit/mask.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit/options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit/quantized.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/unit/quantized_append.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit/merge.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit/problem.cpp
   ${CMAKE_CURRENT_LIST_DIR}/unit/reference_rounding.cpp

@@ -179,7 +179,9 @@ namespace {
 void forward_with(const ForwardArgs& a, bool sm90) {
   validate(a);
   const int64_t dv = a.append.used() ? a.append.v_cache.dim : a.v.dim;
-  if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty() || is_quantized(a.k.dtype)) return;
+  if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty() || is_quantized(a.k.dtype) ||
+      is_quantized(a.append.k_cache.dtype))
+    return;
   EmuLauncher launcher(sm90);
   forward_sequence(launcher, a, a);
 }

@@ -106,6 +106,13 @@ struct KvAppend {
   ConstTensor k_new;  // [B, Nnew, Hk, d]: rows to append (Nnew may be 0)
   ConstTensor v_new;  // [B, Nnew, Hk, dv]
 
+  // Quantized caches at token granularity (docs/semantics.md, "Appending to a quantized cache"): the
+  // caches' fp32 scale arrays, [B, capacity, Hk] or the page pool's [num_pages, page_size, Hk]; the
+  // appended rows' entries are computed and written, the others read. kv_scales.k/.v stay null then.
+  // Null at other granularities (kv_scales holds the scales) and for caches of q's dtype.
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
+
   // Rotary embeddings of k_new and q: fp32 tables [rotary_positions, rotary_dim / 2], row p the
   // angles' cos / sin at position p. null (both): no rotary. rotary_dim is even, in [2, d]; only the
   // first rotary_dim elements of each head rotate. interleaved: pairs (x[2r], x[2r+1]) (GPT-J);
@@ -118,7 +125,8 @@ struct KvAppend {
   // Returns whether any member is set (the call appends).
   bool used() const {
     return k_cache.data || v_cache.data || k_new.data || v_new.data || k_cache.heads || v_cache.heads || k_new.heads ||
-           v_new.heads || rotary_cos || rotary_sin || rotary_dim || rotary_positions || rotary_interleaved;
+           v_new.heads || k_scales || v_scales || rotary_cos || rotary_sin || rotary_dim || rotary_positions ||
+           rotary_interleaved;
   }
 };
 
