@@ -238,8 +238,9 @@ void set_block_mask(Call& c, nb::handle h) {
 }
 
 // Sets kv_scales.k (`key`) or .v from a float32 array whose shape gives the granularity: one element
-// (shape () or (1,)): per tensor; [Hk]: per key/value head; [k.batch, k.seq, Hk]: per row and head.
-// k_scale and v_scale must have the same granularity.
+// (shape () or (1,)): per tensor; [Hk]: per key/value head; [k.batch, k.seq, Hk]: per row and head
+// (with an append, the caches' shapes, and the array is written for the new rows). k_scale and
+// v_scale must have the same granularity.
 void set_kv_scale(Call& c, nb::handle h, bool key) {
   const char* name = key ? "k_scale" : "v_scale";
   AttentionArgs* a = c.common;
@@ -254,17 +255,34 @@ void set_kv_scale(Call& c, nb::handle h, bool key) {
   else
     value_error(std::string(name) + " must have one element, shape [Hk] or shape [k.batch, k.seq, Hk], got " +
                 std::to_string(arr.ndim()) + " dimensions");
-  const float* p = flat_in<float>(c, name, h, F, [a, g] {
+  ForwardArgs* f = c.fwd;  // with an append, the caches take k's place
+  auto keys = [a, f]() -> ConstTensor { return f && f->append.used() ? ConstTensor(f->append.k_cache) : a->k; };
+  const float* p = flat_in<float>(c, name, h, F, [a, g, keys] {
     return g == flashattn::ScaleGranularity::tensor ? 1
-           : g == flashattn::ScaleGranularity::head ? a->k.heads
-                                                    : a->k.batch * a->k.seq * a->k.heads;
+           : g == flashattn::ScaleGranularity::head ? keys().heads
+                                                    : keys().batch * keys().seq * keys().heads;
   });
   (key ? a->kv_scales.k : a->kv_scales.v) = p;
+  if (g == flashattn::ScaleGranularity::token && f) {
+    // An append at token granularity writes the new rows' scales: the array is the caches' scale
+    // array, append.k_scales / .v_scales (docs/semantics.md, "Appending to a quantized cache").
+    c.checks.push_back([f, h, name, key] {
+      if (!f->append.used()) return;
+      nb::ndarray<> w;
+      if (!nb::try_cast(h, w))
+        value_error(std::string(name) + " must be writable: an append writes the new rows' per-token scales into it");
+      float*& dst = key ? f->append.k_scales : f->append.v_scales;
+      const float*& src = key ? f->kv_scales.k : f->kv_scales.v;
+      dst = const_cast<float*>(src);
+      src = nullptr;
+    });
+  }
   if (key) {
     a->kv_scales.granularity = g;
   } else {
-    c.checks.push_back([a, g] {
-      if (a->kv_scales.k && a->kv_scales.granularity != g)
+    c.checks.push_back([a, f, g] {
+      const bool k_set = a->kv_scales.k || (f && f->append.k_scales);  // k_scale may have moved there
+      if (k_set && a->kv_scales.granularity != g)
         value_error("v_scale's shape gives another granularity than k_scale's (one element, [Hk] or [k.batch, k.seq, Hk])");
     });
   }

@@ -2,6 +2,7 @@
 option of the C++ argument structs, errors, zero-copy, the GIL."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import time
@@ -209,6 +210,56 @@ def test_quantized_kv_is_the_call_over_its_dequantized_values(kv, scales):
         if dtype == np.float32:
             plain = flashattn.forward(q, kd, vd, causal=True, num_splits=1)
             np.testing.assert_allclose(out, plain, atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("kv", ["int8", "float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("scales", ["head", "token"])
+def test_append_into_a_quantized_cache(kv, scales):
+    """An append quantizes the new rows into 8-bit caches (per-token: computing and writing their
+    scales); the call equals the plain call over the caches it wrote."""
+    rng = np.random.default_rng(11)
+    b, hq, hk, d, cap, n_new = 2, 4, 2, 16, 10, 2
+    lens = np.array([3, 6], np.int32)
+    code = np.int8 if kv == "int8" else getattr(ml_dtypes, kv)
+    largest = np.float32({"int8": 127, "float8_e4m3fn": 448, "float8_e5m2": 57344}[kv])
+
+    def quantize(y):  # y: float32, already divided by its scale; ties to even, saturating
+        return np.clip(np.rint(y), -127, 127).astype(np.int8) if kv == "int8" else np.clip(y, -largest, largest).astype(code)
+
+    if scales == "head":
+        ks, vs = np.array([0.02, 0.03], np.float32), np.array([0.01, 0.004], np.float32)
+    else:
+        ks, vs = (np.full((b, cap, hk), np.nan, np.float32) for _ in range(2))
+        for s in range(b):
+            ks[s, :lens[s]], vs[s, :lens[s]] = 0.02, 0.01
+    k_cache = quantize(rng.uniform(-50, 50, (b, cap, hk, d)).astype(np.float32))
+    v_cache = quantize(rng.uniform(-50, 50, (b, cap, hk, d)).astype(np.float32))
+    k_new, v_new, q = rand(b, n_new, hk, d), rand(b, n_new, hk, d), rand(b, n_new, hq, d)
+    before = [x.copy() for x in (k_cache, v_cache, ks, vs)]
+    out = flashattn.forward(q, k_cache=k_cache, v_cache=v_cache, k_new=k_new, v_new=v_new, seqlens_k=lens,
+                            k_scale=ks, v_scale=vs, causal=True)
+    for cache, scale, new, old, old_scale in ((k_cache, ks, k_new, before[0], before[2]),
+                                              (v_cache, vs, v_new, before[1], before[3])):
+        for s in range(b):
+            rows = slice(lens[s], lens[s] + n_new)
+            if scales == "token":
+                want = np.abs(new[s]).max(axis=-1) / largest  # float32 division, [n_new, hk]
+                np.testing.assert_array_equal(scale[s, rows], want)
+                np.testing.assert_array_equal(scale[s, :lens[s]], old_scale[s, :lens[s]])
+                assert np.isnan(scale[s, lens[s] + n_new:]).all()  # rows past the append untouched
+                divisor = want[..., None]
+            else:
+                divisor = scale[None, :, None]
+            np.testing.assert_array_equal(cache[s, rows].view(np.uint8), quantize(new[s] / divisor).view(np.uint8))
+            untouched = np.r_[0:lens[s], lens[s] + n_new:cap]
+            np.testing.assert_array_equal(cache[s, untouched].view(np.uint8), old[s, untouched].view(np.uint8))
+    plain = flashattn.forward(q, k_cache, v_cache, k_scale=ks, v_scale=vs, seqlens_k=lens + n_new, causal=True)
+    np.testing.assert_array_equal(out, plain)
+    with pytest.raises(ValueError, match="not finite: an i8 cache cannot hold it") if kv == "int8" else contextlib.nullcontext():
+        bad = k_new.copy()
+        bad[0, 0, 0, 0] = np.nan
+        flashattn.forward(q, k_cache=k_cache, v_cache=v_cache, k_new=bad, v_new=v_new, seqlens_k=lens,
+                          k_scale=ks, v_scale=vs, causal=True)
 
 
 def test_quantized_kv_errors():
