@@ -146,6 +146,8 @@ int64_t side_count(const FuzzCase& c, const void* p) {
   if (p == c.block_table.data.get()) return c.block_table.count;
   for (const SideArray<int32_t>* l : {&c.full_count, &c.full_index, &c.partial_count, &c.partial_index})
     if (p == l->data.get()) return l->count;
+  if (p == c.k_scales.data.get()) return c.k_scales.count;
+  if (p == c.v_scales.data.get()) return c.v_scales.count;
   return -1;
 }
 
@@ -682,6 +684,92 @@ void decode_block_mask(ByteReader& r, FuzzCase& c) {
   }
 }
 
+constexpr uint16_t kQuantizedMarker = 0x1F15;
+
+// Returns the number of scales a granularity needs for k's sizes (0 for sizes validation rejects).
+int64_t scale_count(ScaleGranularity g, const Tensor& k) {
+  if (g == ScaleGranularity::tensor) return 1;
+  if (k.batch < 0 || k.seq < 0 || k.heads < 0 || k.batch > 64 || k.seq > 64 || k.heads > 64) return 0;
+  return g == ScaleGranularity::head ? k.heads : k.batch * k.seq * k.heads;
+}
+
+// The quantized K/V extension (docs/semantics.md, "Quantized K/V"), from bytes past the block mask
+// extension, after the marker kQuantizedMarker: k and v reread as one 8-bit dtype over their own
+// buffers (the same element strides span fewer bytes), their bytes redrawn as finite patterns (a
+// tame case stays comparable with the oracle), scales per tensor, per head or per (row, head) in
+// [1/64, 1/4]; then up to two hostile overwrites: a scale (0, negative, NaN, inf, huge), the
+// granularity (outside the enum too), a scale array null or moved into a buffer (over out, say),
+// v of another dtype than k, q quantized, a NaN or infinity pattern among the codes.
+void decode_quantized(ByteReader& r, FuzzCase& c) {
+  if (r.empty() || r.take<uint16_t>() != kQuantizedMarker) return;
+  CallFields& a = c.args;
+  constexpr DType kTypes[] = {DType::i8, DType::e4m3, DType::e5m2};
+  const DType qt = kTypes[r.pick(3)];
+  a.k.dtype = a.v.dtype = qt;
+  for (Slot s : {kK, kV}) {
+    uint32_t x = r.take<uint32_t>() | 1u;
+    Buffer& b = c.buffers[s];
+    for (size_t i = 0; i < b.size; ++i) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      // 8-bit floats: bit 6 (the exponent's top bit) cleared keeps every pattern finite and below 2
+      b.bytes[i] = static_cast<unsigned char>(qt == DType::i8 ? x >> 24 : (x >> 24) & 0xBFu);
+    }
+  }
+  const ScaleGranularity g = static_cast<ScaleGranularity>(r.pick(3));
+  const int64_t n = scale_count(g, a.k);
+  for (SideArray<float>* arr : {&c.k_scales, &c.v_scales}) {
+    arr->resize(n);
+    for (int64_t i = 0; i < n; ++i) arr->data[i] = 0.015625f * static_cast<float>(1 + r.pick(16));
+  }
+  a.kv_scales = {c.k_scales.data.get(), c.v_scales.data.get(), g};
+  c.trace += std::string(" quantized(") + dtype_name(qt) + ", granularity " + std::to_string(int(g)) + ", " +
+             std::to_string(n) + " scales)";
+  for (int m = 0, count = static_cast<int>(r.pick(3)); m < count; ++m) {
+    std::string& tr = c.trace;
+    switch (r.pick(6)) {
+      case 0: {
+        SideArray<float>& arr = r.chance(128) ? c.k_scales : c.v_scales;
+        if (arr.count > 0) {
+          const float x = hostile_f32(r);
+          arr.data[r.take<uint16_t>() % arr.count] = x;
+          c.tame = false;
+          tr += " | a scale=" + std::to_string(x);
+        }
+        break;
+      }
+      case 1:
+        a.kv_scales.granularity = static_cast<ScaleGranularity>(r.chance(128) ? r.pick(3) : r.take<uint8_t>());
+        tr += " | granularity=" + std::to_string(int(a.kv_scales.granularity));
+        break;
+      case 2: {
+        const float*& p = r.chance(128) ? a.kv_scales.k : a.kv_scales.v;
+        p = r.chance(128) ? nullptr : reinterpret_cast<const float*>(hostile_pointer(r, c, c.buffers[kOut]));
+        c.tame = false;  // scales inside a buffer are its bytes read as floats
+        tr += " | a scale array moved";
+        break;
+      }
+      case 3: {
+        const DType dt = static_cast<DType>(r.pick(6));  // f32, f16, bf16 or a quantized type
+        a.v.dtype = dt;
+        tr += " | v.dtype=" + std::to_string(int(dt));
+        break;
+      }
+      case 4:
+        a.q.dtype = kTypes[r.pick(3)];
+        tr += " | q quantized";
+        break;
+      default: {
+        Buffer& b = c.buffers[r.chance(128) ? kK : kV];
+        if (b.size > 0) {
+          b.bytes[r.take<uint16_t>() % b.size] = r.chance(128) ? 0x7F : 0xFC;  // NaN (e4m3, e5m2); -inf (e5m2)
+          c.tame = false;
+          tr += " | a non-finite code";
+        }
+      }
+    }
+  }
+}
+
 // Returns whether validate() can read every side-array entry it would read for these arguments.
 bool side_arrays_readable(const FuzzCase& c) {
   const CallFields& a = c.args;
@@ -710,6 +798,20 @@ bool side_arrays_readable(const FuzzCase& c) {
     return false;
   const int64_t nseq = a.cu_seqlens_q ? a.varlen_batch : a.q.batch;
   if (a.seqlens_k && nseq > side_count(c, a.seqlens_k)) return false;
+  // validate reads the scales of quantized K/V (below the count their granularity needs) once the
+  // arrays are aligned and the granularity valid: the arrays, or the buffer bytes they point into,
+  // must hold that many.
+  const ScaleGranularity g = a.kv_scales.granularity;
+  if (g == ScaleGranularity::tensor || g == ScaleGranularity::head || g == ScaleGranularity::token) {
+    const __int128 need = g == ScaleGranularity::tensor ? 1
+                          : g == ScaleGranularity::head ? static_cast<__int128>(a.k.heads)
+                                                        : static_cast<__int128>(a.k.batch) * a.k.seq * a.k.heads;
+    for (const float* p : {a.kv_scales.k, a.kv_scales.v}) {
+      if (!p || reinterpret_cast<uintptr_t>(p) % alignof(float) != 0) continue;
+      const int64_t have = side_count(c, p) >= 0 ? side_count(c, p) : static_cast<int64_t>(room_after(c, p) / 4);
+      if (need > have) return false;
+    }
+  }
   if (a.alibi_slopes && nseq > 0 && a.q.heads > 0) {
     const __int128 seqs = a.alibi_batch_stride != 0 ? nseq : 1;
     const __int128 last = (seqs - 1) * a.alibi_batch_stride + a.q.heads - 1;
@@ -731,6 +833,8 @@ bool decode(const uint8_t* data, size_t size, FuzzCase& c) {
   decode_bias_dropout(r, c);
   c.bias_end = r.position();
   decode_block_mask(r, c);
+  c.quantized_at = r.position();
+  decode_quantized(r, c);
   return side_arrays_readable(c);
 }
 

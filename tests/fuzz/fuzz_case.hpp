@@ -8,7 +8,8 @@
 // entries and geometry (paged K/V), sinks, dsinks, num_splits, a value head dim dv != d, an additive
 // bias and its dbias (sizes, strides, dtype, pointers), dropout (p, the keep mask's pointer), window
 // values, non-finite scale / softcap / ALiBi slopes, special input values (NaN, inf, huge,
-// subnormal). Every pointer a case holds is null or points into (or one past) one of its buffers.
+// subnormal), quantized K/V (8-bit dtypes, scales of every granularity, hostile scales). Every
+// pointer a case holds is null or points into (or one past) one of its buffers or side arrays.
 #pragma once
 
 #include <array>
@@ -71,6 +72,7 @@ struct CallFields : private AttentionArgs {
   using AttentionArgs::dropout_seed;
   using AttentionArgs::dropout_offset;
   using AttentionArgs::block_mask;
+  using AttentionArgs::kv_scales;
   Tensor q, k, v, out, dout, dq, dk, dv;
   Tensor bias, dbias;                 // bias: an input (a writable view only so mutations reach it alike)
   uint8_t* dropout_mask = nullptr;    // forward output
@@ -109,8 +111,10 @@ struct FuzzCase {
   Buffer bias_buf, dbias_buf, mask_buf;  // the bias, dbias and keep-mask extension's buffers
   // The block-mask extension's lists (side arrays: validate reads them) and element bits (a buffer).
   SideArray<int32_t> full_count, full_index, partial_count, partial_index;
+  SideArray<float> k_scales, v_scales;  // the quantized K/V extension's scales
   Buffer bits_buf;
   size_t bias_end = 0;  // bytes read up to the end of the bias and dropout extension
+  size_t quantized_at = 0;  // bytes read before the quantized K/V extension (where its marker goes)
   // Whether the input values are moderate and finite and the numeric options untouched, so results
   // can be compared with the oracle (otherwise only "computes or throws, touches nothing else").
   bool tame = true;

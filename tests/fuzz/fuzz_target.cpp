@@ -152,6 +152,8 @@ Snapshot snapshot(const FuzzCase& c) {
   side(c.full_index);
   side(c.partial_count);
   side(c.partial_index);
+  side(c.k_scales);
+  side(c.v_scales);
   return s;
 }
 
@@ -182,7 +184,8 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
                               c.sinks.count * 4, c.block_table.count * 4})
     w.emplace_back(static_cast<size_t>(bytes), false);
   w.emplace_back(static_cast<size_t>(c.dsinks.count * 4), c.backward && a.dsinks == c.dsinks.data.get());
-  for (const int64_t n : {c.full_count.count, c.full_index.count, c.partial_count.count, c.partial_index.count})
+  for (const int64_t n : {c.full_count.count, c.full_index.count, c.partial_count.count, c.partial_index.count,
+                          c.k_scales.count, c.v_scales.count})
     w.emplace_back(static_cast<size_t>(n * 4), false);
   if (c.backward) {
     mark_view(a.dq);
