@@ -182,7 +182,7 @@ void copy_arrays(const AttentionArgs& a, AttentionArgs& host, HostArrays& h, cud
 
 // GPU-specific layout requirement of one tensor: 16-byte aligned rows (needs no device).
 void check_gpu_layout(const ConstTensor& t, const char* name) {
-  if (t.data == nullptr) return;
+  if (t.data == nullptr || is_quantized(t.dtype)) return;  // the quantized kernel reads bytes: any layout
   if (reinterpret_cast<uintptr_t>(t.data) % kVectorAlign != 0)
     fail(name, ".data (", t.data, ") must be 16-byte aligned (rows are copied in 16-byte chunks)");
   const int64_t per = kVectorAlign / static_cast<int64_t>(dtype_size(t.dtype));
@@ -203,12 +203,10 @@ struct NamedTensor {
 // that every pointer is device-readable memory (asks the driver).
 void check_gpu(const AttentionArgs& a, int64_t dv, bool backward, const float* lse, int64_t nseq,
                std::initializer_list<NamedTensor> tensors) {
-  const std::string why = unsupported_reason(a.q.dtype, a.q.dim, dv, backward);
+  bool quantized = false;  // k and v, or an append's caches
+  for (const NamedTensor& t : tensors) quantized = quantized || is_quantized(t.tensor.dtype);
+  const std::string why = unsupported_reason(a.q.dtype, a.q.dim, dv, backward, quantized);
   if (!why.empty()) throw Error(why);
-  for (const NamedTensor& t : tensors)  // k and v, or an append's caches
-    if (is_quantized(t.tensor.dtype))
-      fail("gpu: quantized K/V (", t.name, ".dtype ", dtype_name(t.tensor.dtype), ") are not supported by the GPU "
-           "backend yet (flashattn::cpu and flashattn::reference take them)");
   if (a.q.heads > kMaxGridYZ) fail("q.heads (", a.q.heads, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   if (nseq > kMaxGridYZ) fail("the number of sequences (", nseq, ") exceeds the CUDA grid limit ", kMaxGridYZ);
   for (const NamedTensor& t : tensors) check_gpu_layout(t.tensor, t.name);
@@ -294,6 +292,10 @@ class CudaLauncher {
     launch_combine<T>(p, max_q, stream_);
   }
   template <class T>
+  void quantized_forward(const ForwardParams& p, DType kv, int64_t max_q) const {
+    launch_quantized_forward<T>(p, kv, max_q, stream_);
+  }
+  template <class T>
   void dot(const BackwardParams& p, int64_t max_q) const {
     launch_dot<T>(p, max_q, stream_);
   }
@@ -322,7 +324,7 @@ class CudaLauncher {
 }  // namespace
 }  // namespace detail
 
-std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v, bool backward) {
+std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v, bool backward, bool quantized_kv) {
   if (dtype == DType::f32)
     return "gpu: dtype f32 is not supported (the GPU backend computes f16 and bf16 inputs with fp32 "
            "accumulation; use flashattn::cpu or flashattn::reference for f32)";
@@ -330,6 +332,12 @@ std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v
   const int64_t dv = head_dim_v == 0 ? head_dim : head_dim_v;
   const std::string dims = dv == head_dim ? "head dim " + std::to_string(head_dim)
                                           : "head dims d = " + std::to_string(head_dim) + ", dv = " + std::to_string(dv);
+  if (quantized_kv) {  // the quantized forward kernel: any head dims up to kQuantMaxDim
+    if (backward) return "gpu: quantized K/V are forward only";
+    if (head_dim > detail::kQuantMaxDim || dv > detail::kQuantMaxDim)
+      return "gpu: " + dims + " is not supported with quantized K/V (at most " + std::to_string(detail::kQuantMaxDim) + ")";
+    return "";
+  }
   if (!detail::pair_supported(head_dim, dv, false))
     return "gpu: " + dims + " is not supported (supported: " + FLASHATTN_GPU_SUPPORTED_HEAD_DIMS + ")";
   if (backward && !detail::pair_supported(head_dim, dv, true))
@@ -355,6 +363,15 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   check_device_pointer(a.dropout_mask, "dropout_mask");
   check_device_pointer(ap.rotary_cos, "append.rotary_cos");
   check_device_pointer(ap.rotary_sin, "append.rotary_sin");
+  if (is_quantized(append ? ap.k_cache.dtype : a.k.dtype) && a.block_mask.used())
+    fail("gpu: a block-sparse mask with quantized K/V is not supported by the GPU backend yet (flashattn::cpu and "
+         "flashattn::reference take it)");
+  if (append && is_quantized(ap.k_cache.dtype))
+    fail("gpu: an append into quantized caches (append.k_cache.dtype ", dtype_name(ap.k_cache.dtype),
+         ") is not supported by the GPU backend yet (flashattn::cpu and flashattn::reference take it; or append, "
+         "then call without append)");
+  check_device_pointer(a.kv_scales.k, "kv_scales.k");
+  check_device_pointer(a.kv_scales.v, "kv_scales.v");
 
   CudaLauncher launcher(stream);
   forward_sequence(launcher, a, host);

@@ -22,12 +22,6 @@
 
 namespace flashattn::gpu::detail {
 
-// Returns split `split` of `num_splits` near-equal consecutive slices of tiles.
-__device__ inline TileRange split_tiles(const TileRange& tiles, int64_t split, int num_splits) {
-  const int64_t n = tiles.last - tiles.first;
-  return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
-}
-
 // Returns the key tiles of width Bc that mask m leaves full for every row of [r0, r1) (Mask::classify
 // says full for exactly these: [ceil(full_key_begin / Bc), floor(full_key_end / Bc))), none when the
 // block has fewer than Br rows (the rows past the sequence must see nothing). Tile indices fit int:

@@ -63,6 +63,10 @@ inline void fill(ForwardParams& p, const ForwardArgs& a, int64_t nseq, int64_t m
   p.lse = a.lse;
   p.dropout_mask = a.dropout_mask;
   p.mask_row_bytes = mask_row_bytes;
+  p.k_scale = a.kv_scales.k;
+  p.v_scale = a.kv_scales.v;
+  p.scale_granularity = a.kv_scales.granularity;
+  p.scale_rows = a.k.seq;
 }
 
 // The longest query and key-row counts over the sequences of a validated host copy.

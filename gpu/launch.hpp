@@ -42,6 +42,11 @@ void launch_dq_convert(const BackwardParams& p, int64_t max_seqlen_q, cudaStream
 template <class T>
 void launch_combine(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 
+// Runs the quantized K/V forward (quantized_kernel.cuh) for K/V of dtype kv over every (row block x
+// split, query head, sequence); with p.num_splits > 1 it writes the partials launch_combine merges.
+template <class T>
+void launch_quantized_forward(const ForwardParams& p, DType kv, int64_t max_seqlen_q, cudaStream_t stream);
+
 // Writes p.dropout_mask (keep bits) for every row and query head.
 void launch_dropout_mask(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream);
 

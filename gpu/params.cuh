@@ -82,6 +82,13 @@ struct ForwardParams : CommonParams {
   float* lse_part = nullptr;
   uint8_t* dropout_mask = nullptr;  // keep bits [B·Hq·q_seq][mask_row_bytes] or null
   int64_t mask_row_bytes = 0;
+  // Quantized K/V (docs/semantics.md, "Quantized K/V"; the quantized forward kernel only): the
+  // scales (device) and their granularity; scale_rows = k.seq, the rows of one batch entry (or
+  // page) of the per-token array [k.batch, k.seq, Hk].
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  ScaleGranularity scale_granularity = ScaleGranularity::tensor;
+  int64_t scale_rows = 0;
 };
 
 // The parameters of the sm_90a forward kernel (forward_sm90_kernel.cuh): the forward's and the TMA

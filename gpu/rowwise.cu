@@ -1,5 +1,6 @@
-// Launchers of the row-wise kernels (rowwise.cuh), of the dbias kernel (dbias_kernel.cuh) and of the
-// KV-cache append (append.cuh), instantiated for both dtypes.
+// Launchers of the row-wise kernels (rowwise.cuh, and the quantized K/V forward of
+// quantized_kernel.cuh), of the dbias kernel (dbias_kernel.cuh) and of the KV-cache append
+// (append.cuh), instantiated for both dtypes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,6 +9,7 @@
 #include "append.cuh"
 #include "dbias_kernel.cuh"
 #include "host_params.hpp"
+#include "quantized_kernel.cuh"
 #include "rowwise.cuh"
 
 namespace flashattn::gpu::detail {
@@ -39,6 +41,15 @@ void launch_combine(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t s
   if (max_seqlen_q == 0 || p.num_sequences == 0) return;
   combine_kernel<T><<<row_grid(p, max_seqlen_q), kThreadsPerBlock, 0, stream>>>(p);
   check_cuda(cudaGetLastError(), "combine kernel launch");
+}
+
+template <class T>
+void launch_quantized_forward(const ForwardParams& p, DType kv, int64_t max_seqlen_q, cudaStream_t stream) {
+  if (max_seqlen_q == 0 || p.num_sequences == 0 || p.heads_q == 0) return;
+  const dim3 rows = row_grid(p, max_seqlen_q);
+  quantized_forward_variant<T>(kv)<<<dim3(rows.x * static_cast<unsigned>(p.num_splits), rows.y, rows.z),
+                                     kThreadsPerBlock, 0, stream>>>(p);
+  check_cuda(cudaGetLastError(), "quantized forward kernel launch");
 }
 
 void launch_dropout_mask(const ForwardParams& p, int64_t max_seqlen_q, cudaStream_t stream) {
@@ -78,6 +89,8 @@ void launch_append(const AppendParams& p, int64_t batch, int heads_k, int heads_
   }
 }
 
+template void launch_quantized_forward<__half>(const ForwardParams&, DType, int64_t, cudaStream_t);
+template void launch_quantized_forward<__nv_bfloat16>(const ForwardParams&, DType, int64_t, cudaStream_t);
 template void launch_combine<__half>(const ForwardParams&, int64_t, cudaStream_t);
 template void launch_combine<__nv_bfloat16>(const ForwardParams&, int64_t, cudaStream_t);
 template void launch_append<__half>(const AppendParams&, int64_t, int, int, int64_t, cudaStream_t);

@@ -18,6 +18,7 @@
 //   by_dtype(dtype, f)              f(Tag<T>) for the 16-bit element type
 //   append<T>(AppendParams, batch, heads_k, heads_q, q_rows), dropout_mask(ForwardParams, max_q),
 //   forward<D, DV, T>(ForwardParams, max_q), combine<T>(ForwardParams, max_q),
+//   quantized_forward<T>(ForwardParams, DType kv, max_q) (the quantized K/V forward),
 //   bool sm90() (the sm_90a kernels are to be used), forward_sm90<D, T>(Sm90ForwardParams, max_q),
 //   dot<T>(BackwardParams, max_q), dsinks(BackwardParams), dbias<T>(BackwardParams),
 //   backward<D, DV, T>(BackwardParams, max_k_rows), dq<D, DV, T>(BackwardParams, max_q),
@@ -46,7 +47,8 @@ struct Tag {
 //   2. the dropout keep mask (when asked for);
 //   3. the forward kernel over (query block × split, query head, sequence), then, when the keys
 //      are split, the combine of the partials; where the launcher says sm90() and the call is one
-//      the sm_90a forward takes (sm90_forward_specs), that kernel instead.
+//      the sm_90a forward takes (sm90_forward_specs), that kernel instead; with quantized K/V the
+//      quantized forward (one warp per query row × split, any head dims up to kQuantMaxDim).
 template <class L>
 void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
   const KvAppend& ap = a.append;
@@ -73,6 +75,17 @@ void forward_sequence(L& l, const ForwardArgs& a, const ForwardArgs& host) {
   ForwardParams p;
   fill(p, call, e.nseq, a.dropout_mask ? dropout_mask_row_bytes(host) : 0);
   if (p.dropout_mask) l.dropout_mask(p, e.max_q);
+  if (is_quantized(call.k.dtype)) {
+    const int splits = split_count(call, e, kWarps, kQuantTileKeys);
+    typename L::Buffer partials = l.buffer(sizeof(float) * partial_count(call, splits), "split-KV partials");
+    set_partials(p, call, splits, partials.get());
+    l.by_dtype(a.q.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      l.template quantized_forward<T>(p, call.k.dtype, e.max_q);
+      if (p.num_splits > 1) l.template combine<T>(p, e.max_q);
+    });
+    return;
+  }
   l.template dispatch<false>(call.q.dim, call.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
     using T = typename decltype(tag)::type;

@@ -212,10 +212,18 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Returns the key tiles [first, last) of width Bc that rows [r0, r1) of mask m must visit.
+// Key tiles [first, last).
 struct TileRange {
   int64_t first = 0, last = 0;
 };
+
+// Returns split `split` of `num_splits` near-equal consecutive slices of tiles.
+__device__ inline TileRange split_tiles(const TileRange& tiles, int64_t split, int num_splits) {
+  const int64_t n = tiles.last - tiles.first;
+  return {tiles.first + n * split / num_splits, tiles.first + n * (split + 1) / num_splits};
+}
+
+// Returns the key tiles [first, last) of width Bc that rows [r0, r1) of mask m must visit.
 template <int Bc>
 __device__ inline TileRange key_tiles(const Mask& m, int64_t r0, int64_t r1) {
   const int64_t kb = m.rows_key_begin(r0), ke = m.rows_key_end(r1);

@@ -11,6 +11,11 @@ constexpr int kWarps = 4;  // warps per block of every attention kernel
 constexpr int kThreadsPerBlock = kWarps * kWarpSize;
 constexpr int kMaxSmemSm80 = 163 * 1024;  // largest dynamic shared memory a block may opt into on sm_80
 
+// The quantized K/V forward (quantized_kernel.cuh): one warp per query row, head dims up to
+// kQuantMaxDim; split-KV cuts each row's keys into runs of whole kQuantTileKeys-key tiles.
+constexpr int kQuantTileKeys = 64;
+constexpr int kQuantMaxDim = 256;
+
 // Forward: each warp owns kRowTiles stacked 16-row m-tiles of the block's query rows (a slab of
 // 16·kRowTiles rows); the kSplit warps of a slab each compute the slab's S (the same values) and
 // accumulate kOCols = DV/kSplit columns of O, which bounds O to kRowTiles·DV/kSplit registers per

@@ -90,7 +90,8 @@ std::string QuantizedSpec::describe() const {
     << " scales=" << granularity_name(granularity) << " causal=" << causal << " wl=" << window_left
     << " softcap=" << softcap << " sinks=" << sinks << " page=" << page_size << " cap=" << capacity << " lengths=";
   for (size_t i = 0; i < lengths.size(); ++i) s << (i ? "," : "") << lengths[i];
-  s << " splits=" << num_splits << " new_rows=" << new_rows << " seed=" << seed;
+  s << " splits=" << num_splits << " bias=" << bias << " dropout=" << dropout_p << " new_rows=" << new_rows
+    << " seed=" << seed;
   return s.str();
 }
 
@@ -117,6 +118,8 @@ rc::Gen<QuantizedSpec> gen_quantized() {
       s.lengths.push_back(*rc::gen::elementOf(std::vector<int32_t>{0, 1, 5, 17, 40, 70}));
       longest = std::max(longest, s.lengths.back());
     }
+    s.bias = *rc::gen::elementOf(std::vector<bool>{false, false, true});
+    s.dropout_p = *rc::gen::elementOf(std::vector<float>{0, 0, 0, 0.25f});
     s.new_rows = *rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 1, 2, 5});
     s.capacity = longest + s.new_rows + *rc::gen::inRange<int64_t>(0, 3);  // room past every sequence's keys
     if (s.page_size > 0) s.capacity = std::max<int64_t>(1, (s.capacity + s.page_size - 1) / s.page_size) * s.page_size;
@@ -213,6 +216,10 @@ QuantizedProblem::QuantizedProblem(const QuantizedSpec& s) : spec_(s) {
         }
       }
   }
+  if (s.bias) {  // [B, Hq, Nq, capacity]: normal values, now and then −inf (a hidden key)
+    bias_.resize(static_cast<size_t>(B * hq * nq * cap));
+    for (float& x : bias_) x = rng.below(16) == 0 ? -INFINITY : static_cast<float>(rng.normal());
+  }
   out_.assign(static_cast<size_t>(B * nq * hq * e) * es, 0xFF);
   out32_.assign(static_cast<size_t>(B * nq * hq * e), kNaN);
   lse_.assign(static_cast<size_t>(B * hq * nq), kNaN);
@@ -253,6 +260,9 @@ flashattn::ForwardArgs QuantizedProblem::call() {
   a.softcap = s.softcap;
   if (s.sinks) a.sinks = sinks_.data();
   a.num_splits = s.num_splits;
+  if (s.bias) a.bias = flashattn::bhsd(static_cast<const void*>(bias_.data()), DType::f32, B, nq, hq, s.capacity);
+  a.dropout_p = s.dropout_p;
+  a.dropout_seed = s.seed * 0x9E3779B97F4A7C15ull;
   std::fill(out_.begin(), out_.end(), 0xFF);
   std::fill(lse_.begin(), lse_.end(), kNaN);
   a.out = flashattn::bshd(static_cast<void*>(out_.data()), s.dtype, B, nq, hq, e);

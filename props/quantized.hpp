@@ -32,6 +32,8 @@ struct QuantizedSpec {
   std::vector<int32_t> lengths;  // keys of each sequence (seqlens_k)
   int64_t capacity = 1;          // rows per sequence of the caches (a multiple of page_size when paged)
   int64_t num_splits = 0;
+  bool bias = false;       // an additive fp32 bias [B, Hq, Nq, capacity] (a few entries −inf)
+  float dropout_p = 0;     // dropout (seed from `seed`)
   int64_t new_rows = 0;  // rows the call appends to every sequence (0: no append)
   uint64_t seed = 0;
 
@@ -69,7 +71,7 @@ class QuantizedProblem {
   std::vector<uint8_t> kc_, vc_;
   std::vector<unsigned char> knew_, vnew_;  // appended rows [B, new_rows, Hk, d / dv] in q's dtype
   std::vector<int32_t> after_;              // each sequence's keys after the append
-  std::vector<float> ks_, vs_, q32_, k32_, v32_, out32_, lse_, lse32_, sinks_;
+  std::vector<float> ks_, vs_, q32_, k32_, v32_, out32_, lse_, lse32_, sinks_, bias_;
   std::vector<int32_t> table_;
   int64_t pages_ = 0, stride_ = 0;
 };

@@ -17,6 +17,7 @@
 #include "forward_kernel.cuh"
 #include "forward_sm90_kernel.cuh"
 #include "host_params.hpp"
+#include "quantized_kernel.cuh"
 #include "rowwise.cuh"
 #include "sequence.hpp"
 #include "variants.inc"
@@ -128,6 +129,11 @@ class EmuLauncher {
     emu::launch(combine_kernel<T>, rows(p, max_q), kThreadsPerBlock, 0, p);
   }
   template <class T>
+  void quantized_forward(const ForwardParams& p, DType kv, int64_t max_q) const {
+    emu::launch(quantized_forward_variant<T>(kv), grid(ceil_div(max_q, kRowsPerBlock) * p.num_splits, p.heads_q, p.num_sequences),
+                kThreadsPerBlock, 0, p);
+  }
+  template <class T>
   void dot(const BackwardParams& p, int64_t max_q) const {
     emu::launch(dot_kernel<T>, rows(p, max_q), kThreadsPerBlock, 0, p);
   }
@@ -166,8 +172,12 @@ class EmuLauncher {
 
 }  // namespace
 
-std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward) {
+std::string unsupported(DType dtype, int64_t d, int64_t dv, bool backward, bool quantized_kv) {
   if (dtype != DType::f16 && dtype != DType::bf16) return "gpu: dtype f32 is not supported";
+  if (quantized_kv) {
+    if (backward) return "gpu: quantized K/V are forward only";
+    return d <= kQuantMaxDim && dv <= kQuantMaxDim ? "" : "gpu: head dims above 256 with quantized K/V";
+  }
 #define FLASHATTN_X(D, DV, DT, TYPE, BWD) \
   if (d == D && dv == DV) return BWD || !backward ? "" : "gpu: this head-dim pair has a forward kernel only";
   FLASHATTN_GPU_ALL_VARIANTS(FLASHATTN_X)
@@ -179,9 +189,9 @@ namespace {
 void forward_with(const ForwardArgs& a, bool sm90) {
   validate(a);
   const int64_t dv = a.append.used() ? a.append.v_cache.dim : a.v.dim;
-  if (!unsupported(a.q.dtype, a.q.dim, dv, false).empty() || is_quantized(a.k.dtype) ||
-      is_quantized(a.append.k_cache.dtype))
-    return;
+  if (a.append.used() && is_quantized(a.append.k_cache.dtype)) return;  // the GPU backend rejects these
+  if (is_quantized(a.k.dtype) && a.block_mask.used()) return;
+  if (!unsupported(a.q.dtype, a.q.dim, dv, false, is_quantized(a.k.dtype)).empty()) return;
   EmuLauncher launcher(sm90);
   forward_sequence(launcher, a, a);
 }

@@ -70,16 +70,20 @@ int flashattn_gpu_backward(void* q, void* k, void* v, void* out, float* lse, voi
 // seqlens_k (device, int32 [batch]) the keys of each sequence. block_table null: k, v are
 // contiguous caches [batch, capacity, heads_k, dim]; else page pools [pages, capacity (the page
 // size), heads_k, dim] and block_table (device, int32 [batch, table_pages]) maps each sequence's
-// pages. num_splits as ForwardArgs (0: chosen from the shape).
+// pages. num_splits as ForwardArgs (0: chosen from the shape). int8_kv: k, v hold int8 codes with
+// per-token scales k_scale, v_scale (device fp32 [batch or pages, capacity, heads_k]).
 int flashattn_gpu_decode(void* q, void* k, void* v, void* out, int batch, int seqlen_q, int pages_or_batch,
                          int capacity, int heads_q, int heads_k, int dim, int dtype_code, const int* seqlens_k,
-                         const int* block_table, int table_pages, int num_splits, void* stream) {
+                         const int* block_table, int table_pages, int num_splits, void* stream, int int8_kv,
+                         const float* k_scale, const float* v_scale) {
   return guarded([&] {
     const flashattn::DType t = dtype_from_code(dtype_code);
+    const flashattn::DType kv = int8_kv ? flashattn::DType::i8 : t;
     flashattn::ForwardArgs a;
     a.q = flashattn::bshd(q, t, batch, seqlen_q, heads_q, dim);
-    a.k = flashattn::bshd(k, t, pages_or_batch, capacity, heads_k, dim);
-    a.v = flashattn::bshd(v, t, pages_or_batch, capacity, heads_k, dim);
+    a.k = flashattn::bshd(k, kv, pages_or_batch, capacity, heads_k, dim);
+    a.v = flashattn::bshd(v, kv, pages_or_batch, capacity, heads_k, dim);
+    if (int8_kv) a.kv_scales = {k_scale, v_scale, flashattn::ScaleGranularity::token};
     a.out = flashattn::bshd(out, t, batch, seqlen_q, heads_q, dim);
     a.causal = true;  // bottom-right aligned: the new rows see the cache and each other causally
     a.seqlens_k = seqlens_k;

@@ -39,7 +39,10 @@ size_t backward_workspace_bytes(const BackwardArgs& a, bool deterministic = fals
 
 // Returns why the GPU backend cannot run a call with this dtype, query/key head dim and value head
 // dim (0: equal to head_dim), forward only or (backward = true) forward and backward, or "" when it
-// can.
-std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v = 0, bool backward = false);
+// can. quantized_kv: K/V are 8-bit (docs/semantics.md, "Quantized K/V"): a forward then runs the
+// quantized kernel, which takes any head dims up to 256 (no append into quantized caches, no
+// backward).
+std::string unsupported_reason(DType dtype, int64_t head_dim, int64_t head_dim_v = 0, bool backward = false,
+                               bool quantized_kv = false);
 
 }  // namespace flashattn::gpu

@@ -7,7 +7,10 @@
 //   documented rows afterwards (bitwise: the append kernel rounds as documented);
 //   a fixed num_splits gives the same bits on every call;
 //   backward with sinks (the dsinks kernel) and dv != d is judged by the tolerance rule, with the
-//   deterministic dQ kernel and with atomic dQ.
+//   deterministic dQ kernel and with atomic dQ;
+//   forward over quantized K/V (the quantized kernel: int8/e4m3/e5m2, scales per tensor, head or
+//   token, paged, masks, softcap, sinks, bias, dropout, any num_splits) by the rule against the
+//   oracle on the same call.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,6 +25,7 @@
 #include "flashattn/problem.hpp"
 #include "props/check.hpp"
 #include "props/inference.hpp"
+#include "props/quantized.hpp"
 
 namespace {
 
@@ -32,6 +36,17 @@ TEST_CASE("gpu-emulated inference forward: paged, append + rotary, sinks, dv, nu
     const props::InferenceSpec s = *props::gen_inference(-1, props::InferenceDims::gpu);
     props::InferenceProblem p(s);
     const std::string failure = props::check_inference_forward(p, flashattn::gpu_emu::forward);
+    if (!failure.empty()) RC_FAIL(failure + " | " + s.describe());
+  }, kCases);
+}
+
+TEST_CASE("gpu-emulated quantized K/V forward: int8, e4m3, e5m2, every scale granularity, paged, bias, dropout, splits") {
+  props::check("gpu-emulated/quantized-forward", [] {
+    props::QuantizedSpec s = *props::gen_quantized();
+    s.dtype = *rc::gen::elementOf(std::vector<flashattn::DType>{flashattn::DType::f16, flashattn::DType::bf16});
+    s.new_rows = 0;  // the GPU backend rejects an append into quantized caches
+    props::QuantizedProblem p(s);
+    const std::string failure = props::check_quantized_forward(p, flashattn::gpu_emu::forward);
     if (!failure.empty()) RC_FAIL(failure + " | " + s.describe());
   }, kCases);
 }
