@@ -70,7 +70,7 @@ void store_new_row(const std::vector<float>& x, const Tensor& cache, const KeyRo
   float s;
   if (token_scales) {
     s = token_scale(x, cache.dtype);
-    token_scales[(at.batch * cache.seq + at.row) * cache.heads + h] = s;
+    token_scales[kv_scale_index(ScaleGranularity::token, cache.seq, cache.heads, at.batch, at.row, h)] = s;
   } else {
     s = kv_scale(plain, given, at.batch, at.row, h);
   }

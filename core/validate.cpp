@@ -154,7 +154,8 @@ void check_kv_scales(const AttentionArgs& a, int64_t nseq, bool appended) {
         const Sequence seq = sequence(a, s);
         for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
           const KeyRow at = key_row(a, seq, j);
-          for (int64_t h = 0; h < a.k.heads; ++h) check((at.batch * a.k.seq + at.row) * a.k.heads + h);
+          for (int64_t h = 0; h < a.k.heads; ++h)
+            check(kv_scale_index(ScaleGranularity::token, a.k.seq, a.k.heads, at.batch, at.row, h));
         }
       }
     }

@@ -363,13 +363,13 @@ void forward(const ForwardArgs& a, cudaStream_t stream) {
   check_device_pointer(a.dropout_mask, "dropout_mask");
   check_device_pointer(ap.rotary_cos, "append.rotary_cos");
   check_device_pointer(ap.rotary_sin, "append.rotary_sin");
-  if (is_quantized(append ? ap.k_cache.dtype : a.k.dtype) && a.block_mask.used())
-    fail("gpu: a block-sparse mask with quantized K/V is not supported by the GPU backend yet (flashattn::cpu and "
-         "flashattn::reference take it)");
   if (append && is_quantized(ap.k_cache.dtype))
     fail("gpu: an append into quantized caches (append.k_cache.dtype ", dtype_name(ap.k_cache.dtype),
          ") is not supported by the GPU backend yet (flashattn::cpu and flashattn::reference take it; or append, "
          "then call without append)");
+  if (is_quantized(a.k.dtype) && a.block_mask.used())
+    fail("gpu: a block-sparse mask with quantized K/V is not supported by the GPU backend yet (flashattn::cpu and "
+         "flashattn::reference take it)");
   check_device_pointer(a.kv_scales.k, "kv_scales.k");
   check_device_pointer(a.kv_scales.v, "kv_scales.v");
 

@@ -126,6 +126,19 @@ __device__ inline SeqInfo sequence_info(const CommonParams& p, int64_t s) {
   return make_sequence(s, p.q_seq, p.k_seq, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.mask, DeviceRead{});
 }
 
+// Where key j of sequence si lives: batch entry (or page) and row, through the block table when K/V
+// are paged: key_offset's rule, for callers that also index a per-row array (the quantized kernel's
+// per-token scales). key_offset keeps its own copy of the rule: routed through this struct it gave
+// the attention kernels' loaders different code (2-6 instructions per loop in 8 variants), which no
+// GPU has measured.
+struct KeyPlace {
+  int64_t batch, row;
+};
+__device__ inline KeyPlace key_place(const CommonParams& p, const SeqInfo& si, int64_t j) {
+  if (!p.block_table) return {si.batch, si.k_start + j};
+  return {ld(p.block_table + si.index * p.block_table_stride + j / p.page_size), j % p.page_size};
+}
+
 // Returns the element offset in `view` (k or v) of key j of sequence si, key/value head hk: row
 // si.k_start + j of batch si.batch, or through the block table when K/V are paged.
 __device__ inline int64_t key_offset(const CommonParams& p, const ConstView& view, const SeqInfo& si, int64_t j,

@@ -34,23 +34,9 @@ __device__ inline float decode_code(uint8_t b) {
   else return float_from_e5m2_bits(b);
 }
 
-// Where key j of sequence si lives: batch entry (or page) and row, through the block table when
-// K/V are paged (key_offset's rule).
-struct KeyPlace {
-  int64_t batch, row;
-};
-__device__ inline KeyPlace key_place(const CommonParams& p, const SeqInfo& si, int64_t j) {
-  if (!p.block_table) return {si.batch, si.k_start + j};
-  return {ld(p.block_table + si.index * p.block_table_stride + j / p.page_size), j % p.page_size};
-}
-
-// Returns the scale of key/value head hk of the row at `at` (flashattn::kv_scale's layout).
+// Returns the scale of key/value head hk of the row at `at` (flashattn::kv_scale_index's layout).
 __device__ inline float row_scale(const ForwardParams& p, const float* scales, const KeyPlace& at, int hk) {
-  switch (p.scale_granularity) {
-    case ScaleGranularity::tensor: return ld(scales);
-    case ScaleGranularity::head: return ld(scales + hk);
-    default: return ld(scales + (at.batch * p.scale_rows + at.row) * p.heads_k + hk);
-  }
+  return ld(scales + kv_scale_index(p.scale_granularity, p.scale_rows, p.heads_k, at.batch, at.row, hk));
 }
 
 // Grid (row blocks of kRowsPerBlock × num_splits, query heads, sequences).

@@ -75,14 +75,18 @@ inline KeyRow key_row(const AttentionArgs& a, const Sequence& seq, int64_t j) {
   return {a.block_table[seq.index * stride + j / a.k.seq], j % a.k.seq};
 }
 
+// Returns the index in a scale array of granularity g of row `row` of batch `batch` (the page, with
+// a block table), key/value head h, for K/V of `rows` rows per batch entry and `heads` heads: the
+// one layout of docs/semantics.md, "Quantized K/V" (token: [k.batch, k.seq, Hk]).
+FLASHATTN_HD constexpr int64_t kv_scale_index(ScaleGranularity g, int64_t rows, int64_t heads, int64_t batch, int64_t row,
+                                              int64_t h) {
+  return g == ScaleGranularity::tensor ? 0 : g == ScaleGranularity::head ? h : (batch * rows + row) * heads + h;
+}
+
 // Returns the scale of row `row` of batch `batch` (the page, with a block table), key/value head h
 // of a quantized K or V whose scales are `scales` (a.kv_scales.k or .v).
 inline float kv_scale(const AttentionArgs& a, const float* scales, int64_t batch, int64_t row, int64_t h) {
-  switch (a.kv_scales.granularity) {
-    case ScaleGranularity::tensor: return scales[0];
-    case ScaleGranularity::head: return scales[h];
-    default: return scales[(batch * a.k.seq + row) * a.k.heads + h];
-  }
+  return scales[kv_scale_index(a.kv_scales.granularity, a.k.seq, a.k.heads, batch, row, h)];
 }
 
 // Returns the value a quantized element stands for: its decoded value (load_as_float) times its
