@@ -32,6 +32,7 @@ const char* values_name(Values v) {
     case Values::large: return "large";
     case Values::ties: return "ties";
     case Values::zero_v: return "zero_v";
+    case Values::heavy: return "heavy";
   }
   return "invalid";
 }
@@ -389,7 +390,7 @@ Case parse_case(const std::string& line) {
   c.varlen_k = to_list("varlen_k", take("varlen_k"));
   c.layout = to_enum<Layout>("layout", take("layout"), layout_name, 3);
   c.offset = to_int("offset", take("offset")) != 0;
-  c.values = to_enum<Values>("values", take("values"), values_name, 4);
+  c.values = to_enum<Values>("values", take("values"), values_name, 5);
   c.seed = static_cast<uint64_t>(to_int("seed", take("seed")));
   if (f.count("bias")) {
     c.bias = to_enum<BiasKind>("bias", take("bias"), bias_name, 5);
@@ -497,7 +498,7 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     c.layout = *rc::gen::elementOf(std::vector<Layout>{Layout::bshd, Layout::bhsd, Layout::padded});
     c.offset = *rc::gen::arbitrary<bool>();
     c.values = *rc::gen::weightedElement<Values>(
-        {{4, Values::normal}, {1, Values::large}, {1, Values::ties}, {1, Values::zero_v}});
+        {{4, Values::normal}, {1, Values::large}, {1, Values::ties}, {1, Values::zero_v}, {1, Values::heavy}});
     if (space.custom_scale && *rc::gen::weightedElement<bool>({{3, false}, {1, true}}))
       c.scale = *rc::gen::elementOf(std::vector<float>{0.0625f, 0.5f, 1.5f, -0.25f, 0.0f});
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);

@@ -30,6 +30,8 @@ enum class Values : uint8_t {
   large,   // q and k scaled so that |S| reaches ~1e3
   ties,    // q, k, v in {-1, 0, 1}: many exactly equal scores
   zero_v,  // normal q, k; about half of the v elements are exactly zero
+  heavy,   // normal q; k and v of random sign and log-uniform magnitude in [2^-30, 2^4] (the spread of
+           // fp8 e5m2 data): a dot product's size is one or two of its terms, so fp32 sums round at |S|
 };
 
 // ALiBi slopes of a case.

@@ -89,7 +89,7 @@ TEST_CASE("coverage: the generator's shares stay above their documented floors")
     CHECK(t.share([l](const Coverage& v) { return v.layout == l; }) >= 0.2);
   for (MaskKind m : {MaskKind::none, MaskKind::causal, MaskKind::window, MaskKind::causal_window})
     CHECK(t.share([m](const Coverage& v) { return v.mask == m; }) >= 0.08);
-  for (Values x : {Values::normal, Values::large, Values::ties, Values::zero_v})
+  for (Values x : {Values::normal, Values::large, Values::ties, Values::zero_v, Values::heavy})
     CHECK(t.share([x](const Coverage& v) { return v.values == x; }) >= 0.08);
   CHECK(t.share([](const Coverage& v) { return v.alibi; }) >= 0.2);
   CHECK(t.share([](const Coverage& v) { return v.softcap; }) >= 0.15);

@@ -117,11 +117,16 @@ void Instance::fill_inputs() {
       std::sqrt(std::min(kLargeScore / std::fabs(effective_scale(c)), kLargeDot) / root_d);
   auto large = [&] { return sigma_large * rng.normal(); };
   auto sparse = [&] { return rng.below(2) ? rng.normal() : 0.0; };
+  auto heavy = [&] {
+    const double magnitude = std::exp2(-30.0 + 34.0 * rng.uniform());
+    return rng.below(2) ? magnitude : -magnitude;
+  };
   switch (c.values) {
     case Values::normal: fill(q_, normal); fill(k_, normal); fill(v_, normal); break;
     case Values::large: fill(q_, large); fill(k_, large); fill(v_, normal); break;
     case Values::ties: fill(q_, ternary); fill(k_, ternary); fill(v_, ternary); break;
     case Values::zero_v: fill(q_, normal); fill(k_, normal); fill(v_, sparse); break;
+    case Values::heavy: fill(q_, normal); fill(k_, heavy); fill(v_, heavy); break;
   }
   fill(dout_, normal);
   if (!c.key_lengths.empty()) std::memcpy(key_lengths_.data(), c.key_lengths.data(), key_lengths_.bytes());

@@ -56,6 +56,14 @@ float random_scale(DType t, Rng& rng) {
   return static_cast<float>((3.0 + rng.uniform()) / largest);
 }
 
+// A uniformly random finite code of t (fp8: magnitudes spread log-uniformly over the format's range).
+uint8_t random_code(DType t, Rng& rng) {
+  for (;;) {
+    const auto byte = static_cast<uint8_t>(rng.below(256));
+    if (t == DType::i8 ? byte != 0x80 : std::isfinite(decode_quantized(t, byte))) return byte;
+  }
+}
+
 const char* granularity_name(ScaleGranularity g) {
   return g == ScaleGranularity::tensor ? "tensor" : g == ScaleGranularity::head ? "head" : "token";
 }
@@ -91,7 +99,7 @@ std::string QuantizedSpec::describe() const {
     << " softcap=" << softcap << " sinks=" << sinks << " page=" << page_size << " cap=" << capacity << " lengths=";
   for (size_t i = 0; i < lengths.size(); ++i) s << (i ? "," : "") << lengths[i];
   s << " splits=" << num_splits << " bias=" << bias << " dropout=" << dropout_p << " new_rows=" << new_rows
-    << " seed=" << seed;
+    << " raw=" << raw_codes << " seed=" << seed;
   return s.str();
 }
 
@@ -121,6 +129,7 @@ rc::Gen<QuantizedSpec> gen_quantized() {
     s.bias = *rc::gen::elementOf(std::vector<bool>{false, false, true});
     s.dropout_p = *rc::gen::elementOf(std::vector<float>{0, 0, 0, 0.25f});
     s.new_rows = *rc::gen::elementOf(std::vector<int64_t>{0, 0, 0, 1, 2, 5});
+    s.raw_codes = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
     s.capacity = longest + s.new_rows + *rc::gen::inRange<int64_t>(0, 3);  // room past every sequence's keys
     if (s.page_size > 0) s.capacity = std::max<int64_t>(1, (s.capacity + s.page_size - 1) / s.page_size) * s.page_size;
     s.capacity = std::max<int64_t>(s.capacity, 1);
@@ -176,12 +185,12 @@ QuantizedProblem::QuantizedProblem(const QuantizedSpec& s) : spec_(s) {
         if (s.granularity == ScaleGranularity::token) ks_[si] = random_scale(qt, rng), vs_[si] = random_scale(qt, rng);
         const int64_t plain = (b * cap + j) * hk + h;
         for (int64_t x = 0; x < d; ++x) {
-          const uint8_t byte = quantize(qt, static_cast<float>(rng.normal()), ks_[si]);
+          const uint8_t byte = s.raw_codes ? random_code(qt, rng) : quantize(qt, static_cast<float>(rng.normal()), ks_[si]);
           kc_[(row * hk + h) * d + x] = byte;
           k32_[plain * d + x] = static_cast<float>(decode_quantized(qt, byte)) * ks_[si];
         }
         for (int64_t x = 0; x < e; ++x) {
-          const uint8_t byte = quantize(qt, static_cast<float>(rng.normal()), vs_[si]);
+          const uint8_t byte = s.raw_codes ? random_code(qt, rng) : quantize(qt, static_cast<float>(rng.normal()), vs_[si]);
           vc_[(row * hk + h) * e + x] = byte;
           v32_[plain * e + x] = static_cast<float>(decode_quantized(qt, byte)) * vs_[si];
         }

@@ -35,6 +35,8 @@ struct QuantizedSpec {
   bool bias = false;       // an additive fp32 bias [B, Hq, Nq, capacity] (a few entries −inf)
   float dropout_p = 0;     // dropout (seed from `seed`)
   int64_t new_rows = 0;  // rows the call appends to every sequence (0: no append)
+  bool raw_codes = false;  // cache elements are uniformly random finite codes (fp8: values over
+                           // 30+ binades, whose dot products are one or two of their terms)
   uint64_t seed = 0;
 
   int64_t heads_q() const { return heads_k * group; }

@@ -66,8 +66,8 @@ props::Case draw(std::mt19937_64& rng) {
   const props::Layout layouts[] = {props::Layout::bshd, props::Layout::bhsd, props::Layout::padded};
   c.layout = layouts[pick(3)];
   const props::Values values[] = {props::Values::normal, props::Values::large, props::Values::ties,
-                                  props::Values::zero_v};
-  c.values = values[pick(4)];
+                                  props::Values::zero_v, props::Values::heavy};
+  c.values = values[pick(5)];
   c.seed = rng();
   return c;
 }
