@@ -301,13 +301,17 @@ float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT 
   return alpha;
 }
 
-// o_r += Σ_j p_r[j] · v_j for keys j in [j0, j1) of the tile, for `n` (1..4) rows starting at r that
-// share the key interval: each value vector is loaded once for the n rows, and four rows run two
+// o_r = o_r·alpha_r + Σ_j p_r[j] · v_j for keys j in [j0, j1) of the tile, for `n` (1..4) rows
+// starting at r that share the key interval: the sum starts from zero and reaches o_r by one fused
+// multiply-add, so o_r rounds once per tile at its own size, not once per key (as the general
+// forward's GemmRescaled). Each value vector is loaded once for the n rows, and four rows run two
 // vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs.
 template <class D, class TV>
 HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const TV* const* HWY_RESTRICT vrow, int64_t dvpad,
-              float* HWY_RESTRICT o, int64_t n, int64_t j0, int64_t j1) {
+              float* HWY_RESTRICT o, const float* HWY_RESTRICT alpha, int64_t n, int64_t j0, int64_t j1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  // Returns o·alpha + acc for the vector at o.
+  const auto finish = [&](const float* at, float f, hn::Vec<D> acc) { return hn::MulAdd(hn::Load(d, at), hn::Set(d, f), acc); };
   if (n == 4) {
     const float* p0 = p;
     const float* p1 = p + kpad;
@@ -316,10 +320,8 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     int64_t x = 0;
     for (; x + 2 * L <= dvpad; x += 2 * L) {
       float* o0 = o + x;
-      auto a0 = hn::Load(d, o0), b0 = hn::Load(d, o0 + L);
-      auto a1 = hn::Load(d, o0 + dvpad), b1 = hn::Load(d, o0 + dvpad + L);
-      auto a2 = hn::Load(d, o0 + 2 * dvpad), b2 = hn::Load(d, o0 + 2 * dvpad + L);
-      auto a3 = hn::Load(d, o0 + 3 * dvpad), b3 = hn::Load(d, o0 + 3 * dvpad + L);
+      auto a0 = hn::Zero(d), b0 = hn::Zero(d), a1 = hn::Zero(d), b1 = hn::Zero(d);
+      auto a2 = hn::Zero(d), b2 = hn::Zero(d), a3 = hn::Zero(d), b3 = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
         const auto va = LoadWide(d, vrow[j] + x), vb = LoadWide(d, vrow[j] + x + L);
         const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
@@ -332,18 +334,17 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
         a3 = hn::MulAdd(q3, va, a3);
         b3 = hn::MulAdd(q3, vb, b3);
       }
-      hn::Store(a0, d, o0);
-      hn::Store(b0, d, o0 + L);
-      hn::Store(a1, d, o0 + dvpad);
-      hn::Store(b1, d, o0 + dvpad + L);
-      hn::Store(a2, d, o0 + 2 * dvpad);
-      hn::Store(b2, d, o0 + 2 * dvpad + L);
-      hn::Store(a3, d, o0 + 3 * dvpad);
-      hn::Store(b3, d, o0 + 3 * dvpad + L);
+      hn::Store(finish(o0, alpha[0], a0), d, o0);
+      hn::Store(finish(o0 + L, alpha[0], b0), d, o0 + L);
+      hn::Store(finish(o0 + dvpad, alpha[1], a1), d, o0 + dvpad);
+      hn::Store(finish(o0 + dvpad + L, alpha[1], b1), d, o0 + dvpad + L);
+      hn::Store(finish(o0 + 2 * dvpad, alpha[2], a2), d, o0 + 2 * dvpad);
+      hn::Store(finish(o0 + 2 * dvpad + L, alpha[2], b2), d, o0 + 2 * dvpad + L);
+      hn::Store(finish(o0 + 3 * dvpad, alpha[3], a3), d, o0 + 3 * dvpad);
+      hn::Store(finish(o0 + 3 * dvpad + L, alpha[3], b3), d, o0 + 3 * dvpad + L);
     }
     for (; x < dvpad; x += L) {
-      auto a0 = hn::Load(d, o + x), a1 = hn::Load(d, o + dvpad + x);
-      auto a2 = hn::Load(d, o + 2 * dvpad + x), a3 = hn::Load(d, o + 3 * dvpad + x);
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
         const auto v = LoadWide(d, vrow[j] + x);
         a0 = hn::MulAdd(hn::Set(d, p0[j]), v, a0);
@@ -351,10 +352,10 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
         a2 = hn::MulAdd(hn::Set(d, p2[j]), v, a2);
         a3 = hn::MulAdd(hn::Set(d, p3[j]), v, a3);
       }
-      hn::Store(a0, d, o + x);
-      hn::Store(a1, d, o + dvpad + x);
-      hn::Store(a2, d, o + 2 * dvpad + x);
-      hn::Store(a3, d, o + 3 * dvpad + x);
+      hn::Store(finish(o + x, alpha[0], a0), d, o + x);
+      hn::Store(finish(o + dvpad + x, alpha[1], a1), d, o + dvpad + x);
+      hn::Store(finish(o + 2 * dvpad + x, alpha[2], a2), d, o + 2 * dvpad + x);
+      hn::Store(finish(o + 3 * dvpad + x, alpha[3], a3), d, o + 3 * dvpad + x);
     }
     return;
   }
@@ -362,9 +363,9 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     const float* pr = p + t * kpad;
     float* orow = o + t * dvpad;
     for (int64_t x = 0; x < dvpad; x += L) {
-      auto acc = hn::Load(d, orow + x);
+      auto acc = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), LoadWide(d, vrow[j] + x), acc);
-      hn::Store(acc, d, orow + x);
+      hn::Store(finish(orow + x, alpha[t], acc), d, orow + x);
     }
   }
 }
@@ -593,7 +594,7 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
   for (int64_t r = 0; r < R; ++r) {
     const RowInfo& ri = hp.rows.info[r];
     if (ri.kend <= c0 || c1 <= ri.kbeg) continue;  // sees no key of the tile: its state is unchanged
-    float alpha;
+    float& alpha = w.alpha[r];
     const float* brow = p.bias ? w.bias + r * kpad : nullptr;
     if (exact) {
       double* sdr = w.sd + r * kpad;
@@ -610,11 +611,6 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     if (p.dropout) {  // after the softmax step: l and the LSE sum the undropped P
       DropoutRow(w.s + r * kpad, c0, std::max(ri.kbeg, c0) - c0, std::min(ri.kend, c1) - c0, ri.i, ri.drop);
     }
-    if (alpha != 1.0f) {
-      float* o = hp.o + r * dp.dvpad;
-      const auto av = hn::Set(d, alpha);
-      for (int64_t x = 0; x < dp.dvpad; x += L) hn::Store(hn::Mul(hn::Load(d, o + x), av), d, o + x);
-    }
   }
   const DType vt = TileRowType(a.v.dtype, a.v.dim, dp.dvpad);
   for (int64_t r = 0; r < R;) {
@@ -625,11 +621,11 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     const float* pr = w.s + r * kpad;
     float* o = hp.o + r * dp.dvpad;
     if (j0 < j1 && vt == DType::bf16) {
-      RowsAxpy(d, pr, kpad, RowsOf<hwy::bfloat16_t>(hp.vrow), dp.dvpad, o, n4, j0, j1);
+      RowsAxpy(d, pr, kpad, RowsOf<hwy::bfloat16_t>(hp.vrow), dp.dvpad, o, w.alpha + r, n4, j0, j1);
     } else if (j0 < j1 && vt == DType::f16) {
-      RowsAxpy(d, pr, kpad, RowsOf<hwy::float16_t>(hp.vrow), dp.dvpad, o, n4, j0, j1);
+      RowsAxpy(d, pr, kpad, RowsOf<hwy::float16_t>(hp.vrow), dp.dvpad, o, w.alpha + r, n4, j0, j1);
     } else if (j0 < j1) {
-      RowsAxpy(d, pr, kpad, RowsOf<float>(hp.vrow), dp.dvpad, o, n4, j0, j1);
+      RowsAxpy(d, pr, kpad, RowsOf<float>(hp.vrow), dp.dvpad, o, w.alpha + r, n4, j0, j1);
     }
     r += n4;
   }

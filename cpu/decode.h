@@ -102,6 +102,7 @@ struct DecodeScratch {
   double* sd;     // [rows x kpad] raw scores in fp64 (exact scores only, else null)
   float* m;       // [heads x rows] running max
   float* l;       // [heads x rows] running sum
+  float* alpha;   // [rows] one head's factors exp(m − m') of the current tile
   float* knorm;   // [heads x block_k] squared norms of the tile's key rows (adaptive exact scores only)
   float* bias;    // [rows x kpad] one head's bias rows, keys along the lanes (DecodePlan::bias, else null)
   int64_t kpad;   // block_k rounded up to kMaxLanes
@@ -117,6 +118,7 @@ struct DecodeScratch {
         sd(exact ? c.take<double>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
         m(c.take<float>(dp.heads * dp.rows, kVectorAlign)),
         l(c.take<float>(dp.heads * dp.rows, kVectorAlign)),
+        alpha(c.take<float>(dp.rows, kVectorAlign)),
         knorm(exact ? c.take<float>(dp.heads * dp.block_k, kVectorAlign) : nullptr),
         bias(dp.bias ? c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
         kpad(round_up(dp.block_k, kMaxLanes)) {}

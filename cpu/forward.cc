@@ -278,11 +278,9 @@ void ForwardItem(const ForwardArgs& a, const Plan& p, ForwardScratch& w, SharedK
         if (kinds.blocks == TileKind::partial) MaskBlockTile(a.block_mask, s, h, r0, rows, c0, nk, w.st, ld, hidden);
         OnlineSoftmax(d, w.st, ld, nk, W, fused_scale, w.m, w.l, w.alpha, tmax);
       }
-      // O ·= α
-      RescaleColumns(d, w.ot, ld, dim, W, w.alpha);
       if (p.dropout) DropoutTile(d, w.st, ld, nk, W, c0, r0, drop, nullptr);  // P̃ = P·Z/(1 − p)
-      // O += P·V  (Oᵀ[x][i] += Σ_j V[c0+j][x] · Pᵀ[j][i])
-      Gemm(d, ot, Transposed(row_block(v, c0, nk, dim)), st, Accumulate::yes);
+      // O = O·α + P·V  (Oᵀ[x][i] = Oᵀ[x][i]·α_i + Σ_j V[c0+j][x] · Pᵀ[j][i]; one rounding of O per tile)
+      GemmRescaled(d, ot, Transposed(row_block(v, c0, nk, dim)), st, w.alpha);
     }
   }
 

@@ -1,5 +1,6 @@
 // Register-blocked fp32 micro-kernels for the tile products of forward and backward:
 //   Gemm(d, C, A, B, Accumulate::no | yes [, col_max]):  C (+)= A·B,
+//   GemmRescaled(d, C, A, B, alpha):                      C = C·diag(alpha) + A·B,
 // with B and C row-major Matrix views (matrix.h) and A a ConstMatrix or Transposed(ConstMatrix):
 // A is read as scalars (broadcast, any orientation, so K and V rows are used in place either way),
 // B and C as full vectors: C's width is a multiple of the lane count and B, C are vector-aligned.
@@ -66,12 +67,16 @@ constexpr int kVecsB = 2;
 enum class AStep { unit_col, unit_row };
 
 // One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors]; then, when
-// col_max is set, col_max[NV vectors] = max(col_max, max over the MA rows of C). The step loop is
-// unrolled 4 times: its add/compare/branch and pointer updates then cost a quarter per step.
+// col_max is set, col_max[NV vectors] = max(col_max, max over the MA rows of C). With `alpha` (NV
+// vectors, one factor per column) C = C·alpha + A·B instead, the product summed from zero and added
+// to the scaled C by one fused multiply-add: C rounds once per call at its own size, not once per
+// step (an output accumulator that many small products are added to keeps one rounding per key
+// tile). The step loop is unrolled 4 times: its add/compare/branch and pointer updates then cost a
+// quarter per step.
 template <int MA, int NV, AStep kStep, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t sb,
                           const float* HWY_RESTRICT B, int64_t ldb, int64_t nb, T* HWY_RESTRICT C,
-                          int64_t ldc, bool accumulate, T* HWY_RESTRICT col_max) {
+                          int64_t ldc, bool accumulate, T* HWY_RESTRICT col_max, const T* HWY_RESTRICT alpha) {
   using V = hn::Vec<D>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t step_a = kStep == AStep::unit_row ? 1 : sa;  // between rows of A
@@ -83,7 +88,7 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   static_assert(MA <= 6, "six named accumulators");
   for (int v = 0; v < NV; ++v) {
     T* HWY_RESTRICT Cv = C + v * L;
-    const auto init = [&](int r) { return accumulate && r < MA ? hn::Load(d, Cv + r * ldc) : hn::Zero(d); };
+    const auto init = [&](int r) { return accumulate && !alpha && r < MA ? hn::Load(d, Cv + r * ldc) : hn::Zero(d); };
     V a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5);
     for (int64_t b = 0; b < nb; ++b) {
       const V bv = LoadWidened(d, B + b * ldb + v * L);
@@ -94,6 +99,15 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
       if constexpr (MA > 3) a3 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[3 * step_a])), bv, a3);
       if constexpr (MA > 4) a4 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[4 * step_a])), bv, a4);
       if constexpr (MA > 5) a5 = hn::MulAdd(hn::Set(d, static_cast<T>(ab[5 * step_a])), bv, a5);
+    }
+    if (alpha) {
+      const V f = hn::Load(d, alpha + v * L);
+      a0 = hn::MulAdd(hn::Load(d, Cv), f, a0);
+      if constexpr (MA > 1) a1 = hn::MulAdd(hn::Load(d, Cv + ldc), f, a1);
+      if constexpr (MA > 2) a2 = hn::MulAdd(hn::Load(d, Cv + 2 * ldc), f, a2);
+      if constexpr (MA > 3) a3 = hn::MulAdd(hn::Load(d, Cv + 3 * ldc), f, a3);
+      if constexpr (MA > 4) a4 = hn::MulAdd(hn::Load(d, Cv + 4 * ldc), f, a4);
+      if constexpr (MA > 5) a5 = hn::MulAdd(hn::Load(d, Cv + 5 * ldc), f, a5);
     }
     hn::Store(a0, d, Cv);
     if constexpr (MA > 1) hn::Store(a1, d, Cv + ldc);
@@ -115,7 +129,7 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   V acc[MA][NV];
   for (int r = 0; r < MA; ++r) {
     for (int v = 0; v < NV; ++v) {
-      acc[r][v] = accumulate ? hn::Load(d, C + r * ldc + v * L) : hn::Zero(d);
+      acc[r][v] = accumulate && !alpha ? hn::Load(d, C + r * ldc + v * L) : hn::Zero(d);
     }
   }
 #pragma GCC unroll 4
@@ -126,6 +140,12 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
     for (int r = 0; r < MA; ++r) {
       const V av = hn::Set(d, static_cast<T>(ab[r * step_a]));
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
+    }
+  }
+  if (alpha) {
+    for (int v = 0; v < NV; ++v) {
+      const V f = hn::Load(d, alpha + v * L);
+      for (int r = 0; r < MA; ++r) acc[r][v] = hn::MulAdd(hn::Load(d, C + r * ldc + v * L), f, acc[r][v]);
     }
   }
   for (int r = 0; r < MA; ++r) {
@@ -144,19 +164,20 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
 // Runs the rows [0, na) of one column panel of NV vectors, kRowsA rows at a time.
 template <int NV, AStep kStep, class D, typename T = hn::TFromD<D>>
 HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t sb, const float* B,
-                          int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate, T* col_max) {
+                          int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate, T* col_max,
+                          const T* alpha) {
   int64_t a = 0;
   for (; a + kRowsA <= na; a += kRowsA) {
-    GemmBlock<kRowsA, NV, kStep>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate, col_max);
+    GemmBlock<kRowsA, NV, kStep>(d, A + a * sa, sa, sb, B, ldb, nb, C + a * ldc, ldc, accumulate, col_max, alpha);
   }
   const float* At = A + a * sa;
   T* Ct = C + a * ldc;
   switch (na - a) {
-    case 1: GemmBlock<1, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 2: GemmBlock<2, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 3: GemmBlock<3, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 4: GemmBlock<4, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
-    case 5: GemmBlock<5, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max); break;
+    case 1: GemmBlock<1, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max, alpha); break;
+    case 2: GemmBlock<2, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max, alpha); break;
+    case 3: GemmBlock<3, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max, alpha); break;
+    case 4: GemmBlock<4, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max, alpha); break;
+    case 5: GemmBlock<5, NV, kStep>(d, At, sa, sb, B, ldb, nb, Ct, ldc, accumulate, col_max, alpha); break;
     default: break;  // 0 left (kRowsA <= 6)
   }
   static_assert(kRowsA <= 6, "the tail switch covers at most 5 leftover rows");
@@ -168,20 +189,21 @@ HWY_INLINE void GemmPanel(D d, int64_t na, const float* A, int64_t sa, int64_t s
 template <AStep kStep, class D, typename T = hn::TFromD<D>>
 HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t sa, int64_t sb,
                              const float* B, int64_t ldb, int64_t nb, T* C, int64_t ldc, bool accumulate,
-                             T* col_max) {
+                             T* col_max, const T* alpha) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const int64_t nvec = W / L;
   int64_t v = 0;
   for (; v + kVecsB <= nvec; v += kVecsB) {
     GemmPanel<kVecsB, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate,
-                             col_max ? col_max + v * L : nullptr);
+                             col_max ? col_max + v * L : nullptr, alpha ? alpha + v * L : nullptr);
   }
   // The last 1..kVecsB-1 vectors as one panel: wider panels load each broadcast once for more FMAs.
   T* const cm = col_max ? col_max + v * L : nullptr;
+  const T* const al = alpha ? alpha + v * L : nullptr;
   switch (nvec - v) {
-    case 1: GemmPanel<1, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
-    case 2: GemmPanel<2, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
-    case 3: GemmPanel<3, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm); break;
+    case 1: GemmPanel<1, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm, al); break;
+    case 2: GemmPanel<2, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm, al); break;
+    case 3: GemmPanel<3, kStep>(d, na, A, sa, sb, B + v * L, ldb, nb, C + v * L, ldc, accumulate, cm, al); break;
     default: break;  // 0 left (kVecsB <= 4)
   }
   static_assert(kVecsB <= 4, "the tail switch covers at most 3 leftover vectors");
@@ -195,17 +217,28 @@ HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t
 // into a call of GemmKernel: the views cost nothing.
 template <class D>
 HWY_INLINE void Gemm(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A, const ConstMatrix& B,
-                     Accumulate accumulate, hn::TFromD<D>* col_max = nullptr) {
+                     Accumulate accumulate, hn::TFromD<D>* col_max = nullptr,
+                     const hn::TFromD<D>* alpha = nullptr) {
   HWY_DASSERT(A.rows == C.rows && A.cols == B.rows && B.cols == C.cols);
   HWY_DASSERT(C.cols % static_cast<int64_t>(hn::Lanes(d)) == 0);
   HWY_DASSERT(A.col_step == 1 || A.row_step == 1);  // a row-major or a transposed matrix (matrix.h)
   if (A.col_step == 1) {
     GemmKernel<AStep::unit_col>(d, C.rows, C.cols, A.data, A.row_step, 1, B.data, B.stride, A.cols, C.data,
-                                C.stride, accumulate == Accumulate::yes, col_max);
+                                C.stride, accumulate == Accumulate::yes, col_max, alpha);
   } else {
     GemmKernel<AStep::unit_row>(d, C.rows, C.cols, A.data, 1, A.col_step, B.data, B.stride, A.cols, C.data,
-                                C.stride, accumulate == Accumulate::yes, col_max);
+                                C.stride, accumulate == Accumulate::yes, col_max, alpha);
   }
+}
+
+// C = C·diag(alpha) + A·B (alpha: C.cols factors, vector-aligned): the online softmax's output
+// update, O ← O·α + P·V, with P·V summed from zero and added to the rescaled O by one fused
+// multiply-add per element, so O rounds once per key tile at its own size rather than once per key
+// (docs/cpu-design.md, "Output accumulation"). Replaces a rescale pass and an accumulating product.
+template <class D>
+HWY_INLINE void GemmRescaled(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A, const ConstMatrix& B,
+                             const hn::TFromD<D>* alpha) {
+  Gemm(d, C, A, B, Accumulate::yes, nullptr, alpha);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE
