@@ -158,7 +158,7 @@ TEST_CASE("tolerance: dq and dk allow one fp32 rounding of their dS terms where 
   CHECK(j.find("dv")->result.allowance.fp32_terms == 0);  // dv = Pᵀ·dO has no dS
 }
 
-TEST_CASE("tolerance: out allows one fp32 rounding of every score at the size of its terms") {
+TEST_CASE("tolerance: out allows two fp32 roundings of every score at the size of its terms") {
   // score_terms (Precision::magnitude) is Σ_j P_ij·T_ij·|v_jx − O_ix|. Scaling every score by
   // (1 + ε) — a scale of scale·(1 + ε), no ALiBi, so |S_ij| <= T_ij — moves out by at most ε times
   // it to first order (far less here: the scores' signs differ, and the bound takes them all
@@ -180,7 +180,7 @@ TEST_CASE("tolerance: out allows one fp32 rounding of every score at the size of
 
   // The case the rule once rejected (docs/reliability.md): every CPU target with fp32 scores erred
   // 3.17-3.29e-6 in out where the two naive orders drew 9.6e-7; one fp32 rounding of the scores
-  // (scale 1.5, |S| ~ 30) accounts for 2.9e-6 of it.
+  // (scale 1.5, |S| ~ 30) accounts for 2.9e-6 of it, and the rule allows two.
   Instance hard(parse_case("b=2 hk=2 g=2 nq=28 nk=75 d=32 dtype=f32 causal=1 wl=-1 wr=-1 softcap=0 alibi=per_batch "
                            "seqlens_k=2,27 varlen_q=27,1 varlen_k=7,68 layout=padded offset=0 values=normal scale=1.5 "
                            "seed=713529462"));
@@ -188,8 +188,8 @@ TEST_CASE("tolerance: out allows one fp32 rounding of every score at the size of
   flashattn::reference::forward(h, flashattn::reference::Precision::fp64);
   const Judgement j = judge_forward(h);
   CHECK(j.passed());
-  CHECK(j.find("out")->result.allowance.fp32_terms > 2.5e-6);
-  CHECK(j.find("out")->result.allowance.fp32_terms < 3.5e-6);
+  CHECK(j.find("out")->result.allowance.fp32_terms > 5.0e-6);
+  CHECK(j.find("out")->result.allowance.fp32_terms < 7.0e-6);
   CHECK(j.find("lse")->result.allowance.fp32_terms == 0);
 }
 

@@ -6,8 +6,8 @@
 //              naive summation orders (worse_naive);
 //   fp32_terms dq, dk: one fp32 rounding at the magnitude of their dS terms (u32 · the
 //              largest |scale|·Σ_j P_ij(|dP_ij| + |D_i|)|k_j|, likewise for dk) — dP and D are two fp32
-//              sums, each rounded at least once, that cancel in dS; out: the effect of one fp32
-//              rounding of every score at the size of its terms (u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|);
+//              sums, each rounded at least once, that cancel in dS; out: the effect of two fp32
+//              roundings of every score at the size of its terms (2 · u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|);
 //              0 for dv and lse;
 //   contract   backward only: max|oracle_fp64_given − oracle_fp64|, the exact effect of computing D
 //              from the call's rounded `out` and P from its fp32 `lse` (Precision::fp64_given);
@@ -37,8 +37,10 @@ constexpr double kLseFactor = 2;   // lse (fp32)
 constexpr double kFloorUnits = 4;
 // Units of fp32 roundoff at the dS term magnitude that bound dq and dk from below (fp32_terms).
 constexpr double kDsTermUnits = 1;
-// Units of fp32 roundoff of every score at its term size whose effect bounds out from below.
-constexpr double kScoreTermUnits = 1;
+// Units of fp32 roundoff of every score at its term size whose effect bounds out from below: a
+// rounded product and a rounded sum (a vectorised dot product rounds each lane's product and each
+// level of the reduction across the lanes; docs/semantics.md).
+constexpr double kScoreTermUnits = 2;
 
 // The parts of one output's bound besides the naive error (see above).
 struct Allowance {

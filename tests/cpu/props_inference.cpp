@@ -73,6 +73,38 @@ TEST_CASE("cpu quantized K/V forward: int8, e4m3, e5m2 with every scale granular
   }, kCases);
 }
 
+// The rule allows two fp32 roundings of every score at the size of its terms (docs/semantics.md,
+// "How the tests judge a backend"): the decode path's dot products round a product per lane, then
+// sum across the lanes. On these heavy-tailed e5m2 keys (raw codes: one product holds each score)
+// its out erred 2.2 units of one rounding where the three naive orders drew 6e-8, on every target
+// with 8 or more lanes; the general path's FMA chains erred 0.2-0.4 of it.
+TEST_CASE("cpu decode: heavy-tailed fp8 K/V, whose lane-wise dot products round twice, pass the rule") {
+  props::QuantizedSpec s;
+  s.batch = 2, s.heads_k = 1, s.group = 2, s.seqlen_q = 2, s.dim = 3, s.dim_v = 3;
+  s.dtype = flashattn::DType::f32, s.quant = flashattn::DType::e5m2;
+  s.granularity = flashattn::ScaleGranularity::token, s.capacity = 72, s.lengths = {70, 70};
+  s.num_splits = 1, s.raw_codes = true, s.seed = 442;
+  props::QuantizedProblem p(s);
+  double worst_one_rounding = 0;  // err / the bound with one rounding, over the wide targets
+  for (const auto& t : flashattn::cpu::targets()) {
+    flashattn::cpu::Config c;
+    c.target = t.bit;
+    c.threads = 1;
+    c.block_q = 3;
+    c.block_k = 16;
+    const flashattn::ForwardArgs a = p.call();
+    flashattn::cpu::forward(a, c);
+    const flashattn::tolerance::Judgement j = flashattn::tolerance::judge_forward(a);
+    CAPTURE(t.name);
+    CHECK(j.first_failure() == "");
+    const flashattn::tolerance::Comparison& r = j.find("out")->result;
+    const double one = std::max(r.allowance.c * r.same_error, r.allowance.fp32_terms / 2) + r.allowance.floor;
+    if (t.name.rfind("AVX", 0) == 0) worst_one_rounding = std::max(worst_one_rounding, r.max_error / one);
+  }
+  const bool wide = flashattn::cpu::targets().front().name.rfind("AVX", 0) == 0;
+  if (wide) CHECK(worst_one_rounding > 1.05);  // the case still shows why the rule takes two
+}
+
 TEST_CASE("cpu inference forward: bitwise the same for 1 and 3 threads, any num_splits") {
   props::check("cpu/inference-threads", [] {
     props::InferenceSpec s = *props::gen_inference(0);
