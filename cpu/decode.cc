@@ -536,8 +536,9 @@ HeadPart StartHead(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, co
   return hp;
 }
 
-// Runs keys [c0, c1) of one head of a work item, its tile loaded: scores, online softmax, O ·= α,
-// then O += P·V over each row's visible keys, four rows at a time where they share them.
+// Runs keys [c0, c1) of one head of a work item, its tile loaded: scores, online softmax (each row's
+// α in w.alpha), then O = O·α + P·V over each row's visible keys, four rows at a time where they
+// share them.
 void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeScratch& w, const Sequence& seq,
               int64_t s, HeadPart& hp, int64_t c0, int64_t c1, TilePrefetch& pf) {
   const hn::ScalableTag<float> d;
