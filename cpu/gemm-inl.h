@@ -68,8 +68,8 @@ enum class AStep { unit_col, unit_row };
 
 // One register block: C[MA rows][NV vectors] (+)= A[MA rows] · B[nb][NV vectors]; then, when
 // col_max is set, col_max[NV vectors] = max(col_max, max over the MA rows of C). With `alpha` (NV
-// vectors, one factor per column) C = C·alpha + A·B instead, the product summed from zero and added
-// to the scaled C by one fused multiply-add: C rounds once per call at its own size, not once per
+// vectors, one factor per column; `accumulate` false) C = C·alpha + A·B instead, the product summed
+// from zero and added to the scaled C by one fused multiply-add: C rounds once per call at its own size, not once per
 // step (an output accumulator that many small products are added to keeps one rounding per key
 // tile). The step loop is unrolled 4 times: its add/compare/branch and pointer updates then cost a
 // quarter per step.
@@ -88,7 +88,7 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   static_assert(MA <= 6, "six named accumulators");
   for (int v = 0; v < NV; ++v) {
     T* HWY_RESTRICT Cv = C + v * L;
-    const auto init = [&](int r) { return accumulate && !alpha && r < MA ? hn::Load(d, Cv + r * ldc) : hn::Zero(d); };
+    const auto init = [&](int r) { return accumulate && r < MA ? hn::Load(d, Cv + r * ldc) : hn::Zero(d); };
     V a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5);
     for (int64_t b = 0; b < nb; ++b) {
       const V bv = LoadWidened(d, B + b * ldb + v * L);
@@ -129,7 +129,7 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
   V acc[MA][NV];
   for (int r = 0; r < MA; ++r) {
     for (int v = 0; v < NV; ++v) {
-      acc[r][v] = accumulate && !alpha ? hn::Load(d, C + r * ldc + v * L) : hn::Zero(d);
+      acc[r][v] = accumulate ? hn::Load(d, C + r * ldc + v * L) : hn::Zero(d);
     }
   }
 #pragma GCC unroll 4
@@ -209,6 +209,22 @@ HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t
   static_assert(kVecsB <= 4, "the tail switch covers at most 3 leftover vectors");
 }
 
+// GemmKernel on Matrix views, A's orientation taken from its steps. Call Gemm or GemmRescaled.
+template <class D>
+HWY_INLINE void GemmViews(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A, const ConstMatrix& B,
+                          bool accumulate, hn::TFromD<D>* col_max, const hn::TFromD<D>* alpha) {
+  HWY_DASSERT(A.rows == C.rows && A.cols == B.rows && B.cols == C.cols);
+  HWY_DASSERT(C.cols % static_cast<int64_t>(hn::Lanes(d)) == 0);
+  HWY_DASSERT(A.col_step == 1 || A.row_step == 1);  // a row-major or a transposed matrix (matrix.h)
+  if (A.col_step == 1) {
+    GemmKernel<AStep::unit_col>(d, C.rows, C.cols, A.data, A.row_step, 1, B.data, B.stride, A.cols, C.data,
+                                C.stride, accumulate, col_max, alpha);
+  } else {
+    GemmKernel<AStep::unit_row>(d, C.rows, C.cols, A.data, 1, A.col_step, B.data, B.stride, A.cols, C.data,
+                                C.stride, accumulate, col_max, alpha);
+  }
+}
+
 // C (+)= A·B: C [A.rows x C.cols] (C.cols a multiple of Lanes(d)), A [A.rows x A.cols] row-major or
 // Transposed, B [A.cols x C.cols] row-major; B and C vector-aligned (rows and stride). With
 // Accumulate::no C is overwritten (A.cols may be 0: C becomes 0). When col_max is set (C.cols
@@ -217,28 +233,18 @@ HWY_NOINLINE void GemmKernel(D d, int64_t na, int64_t W, const float* A, int64_t
 // into a call of GemmKernel: the views cost nothing.
 template <class D>
 HWY_INLINE void Gemm(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A, const ConstMatrix& B,
-                     Accumulate accumulate, hn::TFromD<D>* col_max = nullptr,
-                     const hn::TFromD<D>* alpha = nullptr) {
-  HWY_DASSERT(A.rows == C.rows && A.cols == B.rows && B.cols == C.cols);
-  HWY_DASSERT(C.cols % static_cast<int64_t>(hn::Lanes(d)) == 0);
-  HWY_DASSERT(A.col_step == 1 || A.row_step == 1);  // a row-major or a transposed matrix (matrix.h)
-  if (A.col_step == 1) {
-    GemmKernel<AStep::unit_col>(d, C.rows, C.cols, A.data, A.row_step, 1, B.data, B.stride, A.cols, C.data,
-                                C.stride, accumulate == Accumulate::yes, col_max, alpha);
-  } else {
-    GemmKernel<AStep::unit_row>(d, C.rows, C.cols, A.data, 1, A.col_step, B.data, B.stride, A.cols, C.data,
-                                C.stride, accumulate == Accumulate::yes, col_max, alpha);
-  }
+                     Accumulate accumulate, hn::TFromD<D>* col_max = nullptr) {
+  GemmViews(d, C, A, B, accumulate == Accumulate::yes, col_max, nullptr);
 }
 
 // C = C·diag(alpha) + A·B (alpha: C.cols factors, vector-aligned): the online softmax's output
 // update, O ← O·α + P·V, with P·V summed from zero and added to the rescaled O by one fused
 // multiply-add per element, so O rounds once per key tile at its own size rather than once per key
-// (docs/cpu-design.md, "Output accumulation"). Replaces a rescale pass and an accumulating product.
+// (docs/cpu-design.md, "What accuracy costs"). Replaces a rescale pass and an accumulating product.
 template <class D>
 HWY_INLINE void GemmRescaled(D d, const Matrix<hn::TFromD<D>>& C, const ScalarOperand& A, const ConstMatrix& B,
                              const hn::TFromD<D>* alpha) {
-  Gemm(d, C, A, B, Accumulate::yes, nullptr, alpha);
+  GemmViews(d, C, A, B, false, nullptr, alpha);
 }
 
 }  // namespace flashattn::cpu::HWY_NAMESPACE
