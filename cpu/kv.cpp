@@ -4,14 +4,14 @@
 namespace flashattn::cpu::detail {
 
 SharedKv::SharedKv(float* buffer, const Plan& p)
-    : slots_(static_cast<size_t>(shared_kv_slots(p))), buffer_(buffer), max_k_(p.max_k), dim_(p.dim) {}
+    : slots_(static_cast<size_t>(shared_kv_slots(p))), buffer_(buffer), max_k_(p.max_k), dim_(p.dim), ld_(p.kv_ld) {}
 
 void SharedKv::acquire(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int& held, Rows& k, Rows& v,
                        RowReaders read) {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto rows_of = [&](int slot) {
-    k = {data(slot), dim_};
-    v = {data(slot) + max_k_ * dim_, dim_};
+    k = {data(slot), ld_};
+    v = {data(slot) + max_k_ * ld_, ld_};
   };
   if (held >= 0 && slots_[held].sequence == seq.index && slots_[held].head == kvh) {
     slots_[held].last_use = ++clock_;
@@ -40,7 +40,7 @@ void SharedKv::acquire(const AttentionArgs& a, const Sequence& seq, int64_t kvh,
   s = Slot{seq.index, kvh, 1, false, ++clock_};
   held = pick;
   lock.unlock();
-  copy_head(a, seq, kvh, dim_, data(pick), data(pick) + max_k_ * dim_, read);
+  copy_head(a, seq, kvh, dim_, ld_, data(pick), data(pick) + max_k_ * ld_, read);
   lock.lock();
   s.ready = true;
   filled_.notify_all();

@@ -76,11 +76,11 @@ inline void in_place_kv(const AttentionArgs& a, const Sequence& seq, int64_t kvh
   v = {static_cast<const float*>(a.v.data) + a.v.offset(seq.batch, seq.k_start, kvh), a.v.stride_seq};
 }
 
-// Widens keys [0, seq.mask.seqlen_k) of head kvh of k and v into the contiguous rows kc, vc (dim
-// floats each) with `read` (quantized rows times their scales). With a block table the rows are
+// Widens keys [0, seq.mask.seqlen_k) of head kvh of k and v into the rows kc, vc (dim floats each,
+// `ld` apart) with `read` (quantized rows times their scales). With a block table the rows are
 // gathered from their pages (key_row).
-inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t dim, float* kc, float* vc,
-                      RowReaders read) {
+inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, int64_t dim, int64_t ld, float* kc,
+                      float* vc, RowReaders read) {
   constexpr int64_t kAhead = 8;  // rows prefetched ahead of the copy (strided rows defeat the hardware prefetcher)
   for (int64_t j = 0; j < seq.mask.seqlen_k; ++j) {
     if (j + kAhead < seq.mask.seqlen_k) {
@@ -91,17 +91,17 @@ inline void copy_head(const AttentionArgs& a, const Sequence& seq, int64_t kvh, 
     const KeyRow at = key_row(a, seq, j);
     const int64_t ko = a.k.offset(at.batch, at.row, kvh), vo = a.v.offset(at.batch, at.row, kvh);
     if (is_quantized(a.k.dtype)) {  // docs/semantics.md, "Quantized K/V"
-      read.dequantize(a.k.data, a.k.dtype, ko, dim, kv_scale(a, a.kv_scales.k, at.batch, at.row, kvh), kc + j * dim);
-      read.dequantize(a.v.data, a.v.dtype, vo, dim, kv_scale(a, a.kv_scales.v, at.batch, at.row, kvh), vc + j * dim);
+      read.dequantize(a.k.data, a.k.dtype, ko, dim, kv_scale(a, a.kv_scales.k, at.batch, at.row, kvh), kc + j * ld);
+      read.dequantize(a.v.data, a.v.dtype, vo, dim, kv_scale(a, a.kv_scales.v, at.batch, at.row, kvh), vc + j * ld);
     } else {
-      read.widen(a.k.data, a.k.dtype, ko, dim, kc + j * dim);
-      read.widen(a.v.data, a.v.dtype, vo, dim, vc + j * dim);
+      read.widen(a.k.data, a.k.dtype, ko, dim, kc + j * ld);
+      read.widen(a.v.data, a.v.dtype, vo, dim, vc + j * ld);
     }
   }
 }
 
 // Sets k, v to keys [0, seq.mask.seqlen_k) of head kvh of sequence seq: in place, or (p.copy_kv)
-// from the thread's copy `copy` (room for 2·max_k·d floats), refilled when `held` says it holds
+// from the thread's copy `copy` (room for 2·max_k·kv_ld floats), refilled when `held` says it holds
 // another head.
 inline void head_kv(const AttentionArgs& a, const Plan& p, const Sequence& seq, int64_t kvh, float* copy,
                     KvCopy& held, Rows& k, Rows& v, RowReaders read) {
@@ -110,10 +110,10 @@ inline void head_kv(const AttentionArgs& a, const Plan& p, const Sequence& seq, 
     return;
   }
   float* kc = copy;
-  float* vc = copy + p.max_k * p.dim;
-  if (held.refill(p, seq, kvh)) copy_head(a, seq, kvh, p.dim, kc, vc, read);
-  k = {kc, p.dim};
-  v = {vc, p.dim};
+  float* vc = copy + p.max_k * p.kv_ld;
+  if (held.refill(p, seq, kvh)) copy_head(a, seq, kvh, p.dim, p.kv_ld, kc, vc, read);
+  k = {kc, p.kv_ld};
+  v = {vc, p.kv_ld};
 }
 
 // Fp32 copies of k, v heads shared by the threads of one forward call. Consecutive work items of a
@@ -126,7 +126,7 @@ inline void head_kv(const AttentionArgs& a, const Plan& p, const Sequence& seq, 
 // until its slot is reused.
 class SharedKv {
  public:
-  // buffer: forward_shared_floats(p) floats, shared_kv_slots(p) slots of 2 x max_k x d.
+  // buffer: forward_shared_floats(p) floats, shared_kv_slots(p) slots of 2 x max_k x kv_ld.
   SharedKv(float* buffer, const Plan& p);
   SharedKv(const SharedKv&) = delete;
   SharedKv& operator=(const SharedKv&) = delete;
@@ -143,13 +143,13 @@ class SharedKv {
     bool ready = false;      // filled
     uint64_t last_use = 0;   // for least-recently-used replacement
   };
-  float* data(int slot) const { return buffer_ + static_cast<int64_t>(slot) * 2 * max_k_ * dim_; }
+  float* data(int slot) const { return buffer_ + static_cast<int64_t>(slot) * 2 * max_k_ * ld_; }
 
   std::mutex mutex_;
   std::condition_variable filled_;
   std::vector<Slot> slots_;
   float* buffer_;
-  int64_t max_k_, dim_;
+  int64_t max_k_, dim_, ld_;
   uint64_t clock_ = 0;
 };
 

@@ -137,6 +137,7 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   p.bias = has_bias(a);
   p.dropout = a.dropout_p > 0;
   p.copy_kv = a.k.dtype != DType::f32 || a.k.stride_seq != p.dim || a.v.stride_seq != p.dim || a.block_table;
+  p.kv_ld = kv_copy_stride(p.dim);
   // 16-bit results round far above the fp32 rounding of S; fp32 ones do not at large scores
   // (score-inl.h, "Exact scores").
   p.exact_scores = a.q.dtype == DType::f32 && c.scores != ScorePrecision::fp32;
@@ -147,9 +148,9 @@ Plan make_plan(const AttentionArgs& a, const Config& c, bool backward) {
   return p;
 }
 
-// Forward, per call: with copied k, v (kv.h) shared_kv_slots fp32 copies of one head's k and v [max_k x d].
+// Forward, per call: with copied k, v (kv.h) shared_kv_slots fp32 copies of one head's k and v [max_k x kv_ld].
 size_t forward_shared_floats(const Plan& p) {
-  return p.copy_kv ? static_cast<size_t>(shared_kv_slots(p)) * 2 * static_cast<size_t>(p.max_k * p.dim) : 0;
+  return p.copy_kv ? static_cast<size_t>(shared_kv_slots(p)) * 2 * static_cast<size_t>(p.max_k * p.kv_ld) : 0;
 }
 
 // dK and dV partials in fp32, [sequence][query head][max_k][d] each.

@@ -83,6 +83,16 @@ constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // Returns ceil(n / m) (m > 0).
 constexpr int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
 
+// Row stride in floats of the fp32 k, v head copies (kv.h) of head dim `dim`: whole 64-byte lines,
+// an odd number of them. The products read a key block a line per row at a time (Vᵀ's broadcasts
+// step down the rows); rows an even number of lines apart share a fraction of the L1 sets (a
+// 512-byte stride: one in 8), and on an 8-way 32 KiB L1d (Zen 3) a 64-key block of d = 128 filled
+// those sets by itself and evicted the other operand at every step. Padding never read.
+constexpr int64_t kv_copy_stride(int64_t dim) {
+  const int64_t lines = ceil_div(dim, 16);
+  return (lines % 2 == 0 ? lines + 1 : lines) * 16;
+}
+
 // Everything a kernel needs besides the arguments: chosen once per call.
 struct Plan {
   int64_t block_q = 0;   // query rows per tile
@@ -98,6 +108,7 @@ struct Plan {
   int64_t sequences = 0; // num_sequences of the call
   int64_t heads_q = 0;   // query heads
   bool copy_kv = false;     // k, v are 16-bit or not contiguous per head: copied to fp32 rows (kv.h)
+  int64_t kv_ld = 0;        // row stride (floats) of those copies: kv_copy_stride(dim)
   bool softcap = false;     // soft-capping is on (the backward caches tanh beside P)
   bool exact_scores = false;  // fp32 inputs: tiles may accumulate S = Q·Kᵀ in fp64 (score-inl.h, "Exact scores")
   ScorePrecision scores = ScorePrecision::adaptive;  // which tiles do (exact_tile)

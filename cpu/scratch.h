@@ -180,7 +180,7 @@ struct BackwardScratch {
   float* dkg;     // [max_k x dpad] dK of the current group of query blocks (backward_grouped), else dkt
   float* dvg;     // [max_k x dpad] dV likewise, else dvt
   float* row;     // [dpad]
-  float* kv;      // [2 x max_k x d] fp32 copy of one head of k, v (kv.h; copied k, v only, else null)
+  float* kv;      // [2 x max_k x kv_ld] fp32 copy of one head of k, v (kv.h; copied k, v only, else null)
   float* knorm;   // [max_k] squared norms of the head's key rows (exact scores only, else null)
   // bf16 tile products only (Plan::bf16_dot), else null; pairs as in bf16_dot.h. The head's K, V
   // packed once per (sequence, kv head) in the forms the products read (the thread's KvCopy says
@@ -209,7 +209,7 @@ struct BackwardScratch {
     dkg = grouped ? c.take<float>(p.max_k * p.dpad, kVectorAlign) : dkt;
     dvg = grouped ? c.take<float>(p.max_k * p.dpad, kVectorAlign) : dvt;
     row = c.take<float>(p.dpad, kVectorAlign);
-    kv = p.copy_kv ? c.take<float>(2 * p.max_k * p.dim) : nullptr;
+    kv = p.copy_kv ? c.take<float>(2 * p.max_k * p.kv_ld, kVectorAlign) : nullptr;
     knorm = take_key_norms(c, p);
     const auto pairs = [&](int64_t n) { return p.bf16_dot ? c.take<uint32_t>(n, kVectorAlign) : nullptr; };
     const int64_t d2 = ceil_div(p.dim, 2), k2 = ceil_div(p.block_k, 2), kblocks = ceil_div(p.max_k, p.block_k);

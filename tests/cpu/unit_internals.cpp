@@ -277,7 +277,7 @@ TEST_CASE("cpu scratch layouts: vector regions aligned, in order, within the cou
       const int64_t pair_sizes[] = {p.max_k * d2, p.max_k * d2, kblocks * k2 * p.dpad, p.block_k * p.qpad / 2,
                                     p.block_k * p.qpad / 2, k2 * p.qpad};
       const char* end = w.knorm  ? reinterpret_cast<const char*>(w.knorm + p.max_k)
-                        : w.kv   ? reinterpret_cast<const char*>(w.kv + 2 * p.max_k * p.dim)
+                        : w.kv   ? reinterpret_cast<const char*>(w.kv + 2 * p.max_k * p.kv_ld)
                                  : reinterpret_cast<const char*>(w.row + p.dpad);
       for (int r = 0; r < 6; ++r) {
         CHECK((pair_regions[r] != nullptr) == p.bf16_dot);
