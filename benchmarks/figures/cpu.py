@@ -1,11 +1,13 @@
 """CPU figures of the Zen 5 development host: forward/backward against the materialised baseline, the
-default set, scaling, tile sweeps, the AVX2 code forced on Zen 5 and against PyTorch."""
+default set, scaling, tile sweeps, the AVX2 code forced on Zen 5 and against PyTorch; and the AVX2
+code on a Zen 3 host against PyTorch."""
 from . import block, load_json, md_tables, read, span, table
 
 TARGETS = [f"benchmarks/results/2026-11-23/targets/targets-{i}.json" for i in (1, 2, 3)]
 DEFAULT = "benchmarks/results/default/default.json"
 SWEEP = "benchmarks/results/2026-11-23/sweep"
 AVX2_PEERS = "benchmarks/results/2026-11-27/peers-avx2-zen5/peers.md"
+ZEN3_PEERS = "benchmarks/results/2026-11-29/peers-zen3/peers.md"
 AVX2_KERNEL = "benchmarks/results/2026-11-27/avx2-kernel"
 AVX2_BLOCKS = (("4 x 2", "block4x2"), ("6 x 2", "block6x2"), ("6 x 2 unrolled", "block6x2-unrolled"))
 
@@ -223,9 +225,9 @@ def ratio_cells(rows, p, dt, d):
     return f"{r('1024', 'none')} / {r('1024', 'causal')}, {r('4096', 'none')} / {r('4096', 'causal')}"
 
 
-@block("cpu-peers-avx2-zen5", AVX2_PEERS)
-def cpu_peers_avx2_zen5():
-    rows, first = peers(AVX2_PEERS)
+def peers_block(rel):
+    """A peers table per pass and dtype: the PyTorch ratios at d = 64 and 128, flashattn's % of the peak."""
+    rows, first = peers(rel)
     peak = first.split("fp32 FMA peak ")[1].split(" GFLOP/s")[0]
     body = []
     for p in ("fwd", "bwd"):
@@ -237,9 +239,19 @@ def cpu_peers_avx2_zen5():
                                   "d = 128: the same order", "flashattn % of the AVX2 FMA peak"], body)
 
 
-@block("readme-avx2", AVX2_PEERS)
+@block("cpu-peers-avx2-zen5", AVX2_PEERS)
+def cpu_peers_avx2_zen5():
+    return peers_block(AVX2_PEERS)
+
+
+@block("cpu-peers-zen3", ZEN3_PEERS)
+def cpu_peers_zen3():
+    return peers_block(ZEN3_PEERS)
+
+
+@block("readme-avx2", ZEN3_PEERS)
 def readme_avx2():
-    rows, _ = peers(AVX2_PEERS)
+    rows, _ = peers(ZEN3_PEERS)
 
     def pk(p):
         return span([int(x["cpu %pk"]) for x in rows if x["pass"] == p], "{}")
