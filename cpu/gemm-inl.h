@@ -150,9 +150,8 @@ HWY_INLINE void GemmBlock(D d, const float* HWY_RESTRICT A, int64_t sa, int64_t 
     // the next block's rows (A + MA·sa on; past the last block a harmless prefetch) are fetched a
     // line per row per kLine steps, a whole block ahead.
     constexpr int64_t kLine = 64 / sizeof(float);
-    const float* HWY_RESTRICT next = A + MA * sa;
     for (; b + kLine <= nb; b += kLine) {
-      for (int r = 0; r < MA; ++r) hwy::Prefetch(next + r * sa + b);
+      for (int r = 0; r < MA; ++r) hwy::Prefetch(A + (MA + r) * sa + b);
 #pragma GCC unroll 4
       for (int64_t i = 0; i < kLine; ++i) step(b + i);
     }
