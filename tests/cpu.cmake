@@ -2,13 +2,14 @@
 # supports) x (default tiles, tiny tiles), so the oracle cross-check runs on every SIMD path, plus
 # the CPU's own properties (thread-count determinism, workspace bounds, edge cases, config errors).
 if(TARGET flashattn::cpu AND TARGET flashattn_props AND COMMAND flashattn_props_runner)
+  find_package(hwy 1.0.3 CONFIG REQUIRED)  # props_edges.cpp names the baseline target
   flashattn_props_runner(flashattn_props_cpu
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cpu/props.cpp
             ${CMAKE_CURRENT_LIST_DIR}/cpu/props_determinism.cpp
             ${CMAKE_CURRENT_LIST_DIR}/cpu/props_edges.cpp
             ${CMAKE_CURRENT_LIST_DIR}/cpu/props_decode.cpp
             ${CMAKE_CURRENT_LIST_DIR}/cpu/props_inference.cpp
-    LIBRARIES flashattn::cpu
+    LIBRARIES flashattn::cpu hwy::hwy
     LABELS cpu)
 endif()
 
