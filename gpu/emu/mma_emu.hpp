@@ -141,6 +141,8 @@ inline float round_toward_zero(double x) {
   return std::fabs(static_cast<double>(f)) > std::fabs(x) ? std::nextafter(f, 0.0f) : f;
 }
 
+// Each lane unpacks only what its four results read: rows g and g + 8 of A (from lanes 4g..4g+3)
+// and columns 2t and 2t + 1 of B (from lanes 8t..8t+7), with g = lane / 4, t = lane % 4.
 template <class T>
 inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emu::WarpExchange& w = emu::warp_exchange();
@@ -149,30 +151,34 @@ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
   w.word[l][4] = b0;
   w.word[l][5] = b1;
   emu::sync_warp();
-  float A[16][16], B[16][8];
   auto lo = [](uint32_t x) { return Elem<T>::unpack(static_cast<uint16_t>(x & 0xffffu)); };
   auto hi = [](uint32_t x) { return Elem<T>::unpack(static_cast<uint16_t>(x >> 16)); };
-  for (int L = 0; L < 32; ++L) {
-    const int g = L / 4, t = L % 4;
-    const uint32_t* f = w.word[L];
-    A[g][2 * t] = lo(f[0]), A[g][2 * t + 1] = hi(f[0]);
-    A[g + 8][2 * t] = lo(f[1]), A[g + 8][2 * t + 1] = hi(f[1]);
-    A[g][2 * t + 8] = lo(f[2]), A[g][2 * t + 9] = hi(f[2]);
-    A[g + 8][2 * t + 8] = lo(f[3]), A[g + 8][2 * t + 9] = hi(f[3]);
-    B[2 * t][g] = lo(f[4]), B[2 * t + 1][g] = hi(f[4]);
-    B[2 * t + 8][g] = lo(f[5]), B[2 * t + 9][g] = hi(f[5]);
-  }
   const int g = l / 4, t = l % 4;
-  const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  for (int e = 0; e < 4; ++e) {
+  float A[2][16], B[2][16];  // A[r][k]: row g + 8r; B[j][k]: column 2t + j
+  for (int u = 0; u < 4; ++u) {  // lane 4g + u holds A[g (+8)][2u, 2u+1, 2u+8, 2u+9]
+    const uint32_t* f = w.word[4 * g + u];
+    A[0][2 * u] = lo(f[0]), A[0][2 * u + 1] = hi(f[0]);
+    A[1][2 * u] = lo(f[1]), A[1][2 * u + 1] = hi(f[1]);
+    A[0][2 * u + 8] = lo(f[2]), A[0][2 * u + 9] = hi(f[2]);
+    A[1][2 * u + 8] = lo(f[3]), A[1][2 * u + 9] = hi(f[3]);
+  }
+  for (int j = 0; j < 2; ++j)
+    for (int u = 0; u < 4; ++u) {  // lane 4n + u holds B[2u, 2u+1, 2u+8, 2u+9][n]
+      const uint32_t* f = w.word[4 * (2 * t + j) + u];
+      B[j][2 * u] = lo(f[4]), B[j][2 * u + 1] = hi(f[4]);
+      B[j][2 * u + 8] = lo(f[5]), B[j][2 * u + 9] = hi(f[5]);
+    }
+  for (int e = 0; e < 4; ++e) {  // c[e]: row g + 8 (e / 2), column 2t + e % 2
+    const float* ar = A[e / 2];
+    const float* bc = B[e % 2];
     if (hardware_numerics()) {  // products of 16-bit values are exact in double, the sum nearly so
       double s = c[e];
-      for (int k = 0; k < 16; ++k) s += static_cast<double>(A[rows[e]][k]) * B[k][cols[e]];
+      for (int k = 0; k < 16; ++k) s += static_cast<double>(ar[k]) * bc[k];
       c[e] = round_toward_zero(s);
       continue;
     }
     float s = c[e];
-    for (int k = 0; k < 16; ++k) s += A[rows[e]][k] * B[k][cols[e]];
+    for (int k = 0; k < 16; ++k) s += ar[k] * bc[k];
     c[e] = s;
   }
   emu::sync_warp();
