@@ -65,31 +65,20 @@ HWY_NOINLINE double Product(const float* A, int64_t sa, int64_t sb, const float*
   return 2.0 * static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(nb);
 }
 
-// Largest |C - exact| / (sum of |terms| + tiny) over the covered part of C = A·B (+ C0).
-double RelError(const Operands& o, int MA, int NV, int64_t L, bool pv, const std::vector<float>& ot0) {
-  const int64_t cols = o.w - o.w % (NV * L);
+// Largest |C(r, c) - exact| / (sum of |terms| + tiny) over rows [0, na) and columns [0, cols) of
+// C = C0 + Σ_k A(r, k)·B(k, c) (C0 = 0 when c0 is null); A's rows at stride sa, steps at sb.
+double RelError(const float* A, int64_t sa, int64_t sb, const float* B, int64_t nb, const float* C,
+                const float* c0, int64_t na, int64_t cols, int64_t W) {
   double worst = 0;
-  if (!pv) {
-    for (int64_t r = 0; r < o.nk - o.nk % MA; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        double s = 0, m = 1e-30;
-        for (int64_t k = 0; k < o.d; ++k) {
-          const double t = static_cast<double>(o.k[r * o.d + k]) * o.qt[k * o.w + c];
-          s += t, m += std::fabs(t);
-        }
-        worst = std::max(worst, std::fabs(o.st[r * o.w + c] - s) / m);
+  for (int64_t r = 0; r < na; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = c0 ? c0[r * W + c] : 0.0, m = 1e-30 + std::fabs(s);
+      for (int64_t k = 0; k < nb; ++k) {
+        const double t = static_cast<double>(A[r * sa + k * sb]) * B[k * W + c];
+        s += t, m += std::fabs(t);
       }
-  } else {
-    for (int64_t r = 0; r < o.d - o.d % MA; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        double s = ot0[r * o.w + c], m = 1e-30 + std::fabs(s);
-        for (int64_t k = 0; k < o.nk; ++k) {
-          const double t = static_cast<double>(o.v[k * o.d + r]) * o.pt[k * o.w + c];
-          s += t, m += std::fabs(t);
-        }
-        worst = std::max(worst, std::fabs(o.ot[r * o.w + c] - s) / m);
-      }
-  }
+      worst = std::max(worst, std::fabs(C[r * W + c] - s) / m);
+    }
   return worst;
 }
 
@@ -110,7 +99,9 @@ ShapeRate Time(const Operands& o, double seconds) {
   s_once();
   const std::vector<float> ot0(o.ot, o.ot + o.d * o.w);
   pv_once();
-  r.max_rel_error = std::max(RelError(o, MA, NV, L, false, ot0), RelError(o, MA, NV, L, true, ot0));
+  const int64_t cols = o.w - o.w % (NV * L);
+  r.max_rel_error = std::max(RelError(o.k, o.d, 1, o.qt, o.d, o.st, nullptr, o.nk - o.nk % MA, cols, o.w),
+                             RelError(o.v, 1, o.d, o.pt, o.nk, o.ot, ot0.data(), o.d - o.d % MA, cols, o.w));
   const auto rate = [&](const auto& once) {
     double best = 0;
     for (int trial = 0; trial < 3; ++trial) {
