@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <type_traits>
 
 #include "decode.h"
@@ -126,28 +127,66 @@ inline bool InPlaceRows(DType t, int64_t n, int64_t npad) { return n == npad && 
 // The element type of the rows a tile reads (InPlaceRows: the cache's, else the copy's fp32).
 inline DType TileRowType(DType t, int64_t n, int64_t npad) { return InPlaceRows(t, n, npad) ? t : DType::f32; }
 
-// The tile's row pointers typed as the element type T they point at (TileRowType).
+// The element type of a head's tile rows: its quantized dtype when LoadTile left them in place
+// (`coded`), else TileRowType.
+inline DType RowType(DType t, int64_t n, int64_t npad, bool coded) { return coded ? t : TileRowType(t, n, npad); }
+
+// The tile's row pointers typed as the element type T they point at (RowType).
 template <class T>
 const T* const* RowsOf(const void* const* rows) {
   return reinterpret_cast<const T* const*>(rows);
 }
 
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad
-// elements, read as fp32), four rows at a time so each key vector is loaded once per four dot
-// products.
+// elements, read as fp32 by LoadInPlace; quantized codes with their scales kscale[j]), four rows
+// at a time so each key vector is loaded once per four dot products.
 template <class D, class TK>
-HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HWY_RESTRICT krow, int64_t dpad, int64_t R,
-              int64_t nk, float* HWY_RESTRICT s, int64_t kpad, TilePrefetch& pf) {
+HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HWY_RESTRICT krow,
+                           const float* HWY_RESTRICT kscale, int64_t dpad, int64_t R, int64_t nk, float* HWY_RESTRICT s,
+                           int64_t kpad, TilePrefetch& pf) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t r = 0;
   for (; r + 4 <= R; r += 4) {
     const float* q0 = q + r * dpad;
-    for (int64_t j = 0; j < nk; ++j) {
+    int64_t j = 0;
+    for (; j + 2 <= nk; j += 2) {  // two keys: eight independent sums hide the FMA latency
+      pf.Step();
+      pf.Step();
+      const TK* k0 = krow[j];
+      const TK* k1 = krow[j + 1];
+      const auto s0 = RowScale<TK>(d, kscale, j), s1 = RowScale<TK>(d, kscale, j + 1);
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
+      for (int64_t x = 0; x < dpad; x += L) {
+        const auto ka = LoadInPlace(d, k0 + x, s0), kb = LoadInPlace(d, k1 + x, s1);
+        const auto x0 = hn::Load(d, q0 + x), x1 = hn::Load(d, q0 + dpad + x);
+        const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
+        a0 = hn::MulAdd(x0, ka, a0);
+        b0 = hn::MulAdd(x0, kb, b0);
+        a1 = hn::MulAdd(x1, ka, a1);
+        b1 = hn::MulAdd(x1, kb, b1);
+        a2 = hn::MulAdd(x2, ka, a2);
+        b2 = hn::MulAdd(x2, kb, b2);
+        a3 = hn::MulAdd(x3, ka, a3);
+        b3 = hn::MulAdd(x3, kb, b3);
+      }
+      float* sj = s + r * kpad + j;
+      sj[0] = hn::GetLane(hn::SumOfLanes(d, a0));
+      sj[1] = hn::GetLane(hn::SumOfLanes(d, b0));
+      sj[kpad] = hn::GetLane(hn::SumOfLanes(d, a1));
+      sj[kpad + 1] = hn::GetLane(hn::SumOfLanes(d, b1));
+      sj[2 * kpad] = hn::GetLane(hn::SumOfLanes(d, a2));
+      sj[2 * kpad + 1] = hn::GetLane(hn::SumOfLanes(d, b2));
+      sj[3 * kpad] = hn::GetLane(hn::SumOfLanes(d, a3));
+      sj[3 * kpad + 1] = hn::GetLane(hn::SumOfLanes(d, b3));
+    }
+    for (; j < nk; ++j) {
       pf.Step();
       const TK* k = krow[j];
+      const auto sk = RowScale<TK>(d, kscale, j);
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t x = 0; x < dpad; x += L) {
-        const auto kv = LoadWide(d, k + x);
+        const auto kv = LoadInPlace(d, k + x, sk);
         a0 = hn::MulAdd(hn::Load(d, q0 + x), kv, a0);
         a1 = hn::MulAdd(hn::Load(d, q0 + dpad + x), kv, a1);
         a2 = hn::MulAdd(hn::Load(d, q0 + 2 * dpad + x), kv, a2);
@@ -164,8 +203,9 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
     for (int64_t j = 0; j < nk; ++j) {
       pf.Step();
       const TK* k = krow[j];
+      const auto sk = RowScale<TK>(d, kscale, j);
       auto acc = hn::Zero(d);
-      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), LoadWide(d, k + x), acc);
+      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), LoadInPlace(d, k + x, sk), acc);
       s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, acc));
     }
   }
@@ -305,10 +345,12 @@ float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT 
 // starting at r that share the key interval: the sum starts from zero and reaches o_r by one fused
 // multiply-add, so o_r rounds once per tile at its own size, not once per key (as the general
 // forward's GemmRescaled). Each value vector is loaded once for the n rows, and four rows run two
-// vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs.
+// vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs. Value
+// rows are read by LoadInPlace (quantized codes with their scales vscale[j]).
 template <class D, class TV>
-HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const TV* const* HWY_RESTRICT vrow, int64_t dvpad,
-              float* HWY_RESTRICT o, const float* HWY_RESTRICT alpha, int64_t n, int64_t j0, int64_t j1) {
+HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const TV* const* HWY_RESTRICT vrow,
+                           const float* HWY_RESTRICT vscale, int64_t dvpad, float* HWY_RESTRICT o,
+                           const float* HWY_RESTRICT alpha, int64_t n, int64_t j0, int64_t j1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   // Returns o·alpha + acc for the vector at o.
   const auto finish = [&](const float* at, float f, hn::Vec<D> acc) { return hn::MulAdd(hn::Load(d, at), hn::Set(d, f), acc); };
@@ -323,7 +365,8 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
       auto a0 = hn::Zero(d), b0 = hn::Zero(d), a1 = hn::Zero(d), b1 = hn::Zero(d);
       auto a2 = hn::Zero(d), b2 = hn::Zero(d), a3 = hn::Zero(d), b3 = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto va = LoadWide(d, vrow[j] + x), vb = LoadWide(d, vrow[j] + x + L);
+        const auto sv = RowScale<TV>(d, vscale, j);
+        const auto va = LoadInPlace(d, vrow[j] + x, sv), vb = LoadInPlace(d, vrow[j] + x + L, sv);
         const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
         a0 = hn::MulAdd(q0, va, a0);
         b0 = hn::MulAdd(q0, vb, b0);
@@ -346,7 +389,7 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     for (; x < dvpad; x += L) {
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto v = LoadWide(d, vrow[j] + x);
+        const auto v = LoadInPlace(d, vrow[j] + x, RowScale<TV>(d, vscale, j));
         a0 = hn::MulAdd(hn::Set(d, p0[j]), v, a0);
         a1 = hn::MulAdd(hn::Set(d, p1[j]), v, a1);
         a2 = hn::MulAdd(hn::Set(d, p2[j]), v, a2);
@@ -364,7 +407,9 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     float* orow = o + t * dvpad;
     for (int64_t x = 0; x < dvpad; x += L) {
       auto acc = hn::Zero(d);
-      for (int64_t j = j0; j < j1; ++j) acc = hn::MulAdd(hn::Set(d, pr[j]), LoadWide(d, vrow[j] + x), acc);
+      for (int64_t j = j0; j < j1; ++j) {
+        acc = hn::MulAdd(hn::Set(d, pr[j]), LoadInPlace(d, vrow[j] + x, RowScale<TV>(d, vscale, j)), acc);
+      }
       hn::Store(finish(orow + x, alpha[t], acc), d, orow + x);
     }
   }
@@ -416,19 +461,72 @@ float KeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst
 // key head by head: the order of the usual [B, N, Hk, d] caches and of a page, where each key holds
 // its heads side by side. With `knorm` (f32 keys, adaptive exact scores) each key row's squared norm
 // goes to knorm[t·block_k + j − c0].
+//
+// Quantized rows: with `codes` (DecodeItem: the target dequantizes the dtype in registers, rows are
+// whole vectors, scores are fp32) each head's rows are read where they live and their scales times
+// DequantizeScaleFactor go to w.kscale / w.vscale (w.coded[t] set); a head whose tile holds a scale
+// that factor makes infinite or an e4m3 NaN code (which LoadDequantized does not decode) is
+// dequantized into the tiles instead, as without `codes`. Either way its rows hold the same values.
 void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t c0, int64_t c1,
-              const DecodePlan& dp, DecodeScratch& w, float* knorm) {
+              const DecodePlan& dp, DecodeScratch& w, float* knorm, bool codes) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
   const bool k_direct = InPlaceRows(a.k.dtype, dim, dp.dpad);
   const bool v_direct = InPlaceRows(a.v.dtype, dv, dp.dvpad);
   const auto* kdata = static_cast<const char*>(a.k.data);
   const auto* vdata = static_cast<const char*>(a.v.data);
   const float* kf32 = static_cast<const float*>(a.k.data);  // the keys of adaptive exact scores (f32)
-  // Quantized K/V (never in place): each row decoded into the copy times its scale.
   const bool quantized = is_quantized(a.k.dtype);
   const int64_t ksize = static_cast<int64_t>(dtype_size(a.k.dtype)), vsize = static_cast<int64_t>(dtype_size(a.v.dtype));
+  // Quantized key j's rows of head t dequantized into the tiles (each row decoded times its scale).
+  const auto dequantize = [&](const KeyRow& at, int64_t t, int64_t row) {
+    float* kdst = w.kt + row * dp.dpad;
+    float* vdst = w.vt + row * dp.dvpad;
+    w.krow[row] = kdst;
+    w.vrow[row] = vdst;
+    DequantizeRow(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, h0 + t), dim,
+                  kv_scale(a, a.kv_scales.k, at.batch, at.row, h0 + t), kdst);
+    DequantizeRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, h0 + t), dv,
+                  kv_scale(a, a.kv_scales.v, at.batch, at.row, h0 + t), vdst);
+    if (knorm) knorm[row] = KeyRowNorm<false>(kdst, dim, nullptr);
+  };
+  if (quantized && codes) {
+    const DType qt = a.k.dtype;
+    const float factor = DequantizeScaleFactor(qt);
+    for (int64_t t = 0; t < nh; ++t) w.coded[t] = true;
+    for (int64_t j = c0; j < c1; ++j) {
+      const KeyRow at = key_row(a, seq, j);
+      for (int64_t t = 0; t < nh; ++t) {
+        const int64_t row = t * dp.block_k + j - c0;
+        const int64_t koff = a.k.offset(at.batch, at.row, h0 + t);
+        const float ks = kv_scale(a, a.kv_scales.k, at.batch, at.row, h0 + t);
+        w.krow[row] = kdata + koff;
+        w.kscale[row] = ks * factor;
+        const bool nan = qt == DType::e4m3 && HasE4M3NaN(reinterpret_cast<const uint8_t*>(kdata + koff), dim);
+        if (nan || !ScaledCodesUsable(qt, ks)) w.coded[t] = false;
+      }
+      for (int64_t t = 0; t < nh; ++t) {
+        const int64_t row = t * dp.block_k + j - c0;
+        const int64_t voff = a.v.offset(at.batch, at.row, h0 + t);
+        const float vs = kv_scale(a, a.kv_scales.v, at.batch, at.row, h0 + t);
+        w.vrow[row] = vdata + voff;
+        w.vscale[row] = vs * factor;
+        const bool nan = qt == DType::e4m3 && HasE4M3NaN(reinterpret_cast<const uint8_t*>(vdata + voff), dv);
+        if (nan || !ScaledCodesUsable(qt, vs)) w.coded[t] = false;
+      }
+    }
+    for (int64_t t = 0; t < nh; ++t) {
+      if (w.coded[t]) continue;
+      for (int64_t j = c0; j < c1; ++j) dequantize(key_row(a, seq, j), t, t * dp.block_k + j - c0);
+    }
+    return;
+  }
+  for (int64_t t = 0; t < nh; ++t) w.coded[t] = false;
   for (int64_t j = c0; j < c1; ++j) {
     const KeyRow at = key_row(a, seq, j);
+    if (quantized) {
+      for (int64_t t = 0; t < nh; ++t) dequantize(at, t, t * dp.block_k + j - c0);
+      continue;
+    }
     for (int64_t t = 0; t < nh; ++t) {
       const int64_t row = t * dp.block_k + j - c0;
       const int64_t off = a.k.offset(at.batch, at.row, h0 + t);
@@ -438,10 +536,7 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       } else {
         float* dst = w.kt + row * dp.dpad;
         w.krow[row] = dst;
-        if (quantized) {
-          DequantizeRow(a.k.data, a.k.dtype, off, dim, kv_scale(a, a.kv_scales.k, at.batch, at.row, h0 + t), dst);
-          if (knorm) knorm[row] = KeyRowNorm<false>(dst, dim, nullptr);
-        } else if (knorm) {
+        if (knorm) {
           knorm[row] = KeyRowNorm<true>(kf32 + off, dim, dst);
         } else {
           LoadRow(a.k.data, a.k.dtype, off, dim, dst);
@@ -456,10 +551,7 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       } else {
         float* dst = w.vt + row * dp.dvpad;
         w.vrow[row] = dst;
-        if (quantized)
-          DequantizeRow(a.v.data, a.v.dtype, off, dv, kv_scale(a, a.kv_scales.v, at.batch, at.row, h0 + t), dst);
-        else
-          LoadRow(a.v.data, a.v.dtype, off, dv, dst);
+        LoadRow(a.v.data, a.v.dtype, off, dv, dst);
       }
     }
   }
@@ -486,6 +578,9 @@ struct HeadPart {
   float* o = nullptr;     // [rows x dvpad]
   const void* const* krow = nullptr;  // [block_k] its key tile's rows (dpad readable elements, LoadTile)
   const void* const* vrow = nullptr;  // [block_k] its value tile's rows (dvpad readable elements)
+  const float* kscale = nullptr;  // [block_k] its quantized key rows' scales (LoadTile, when *coded)
+  const float* vscale = nullptr;  // [block_k] the same for its value rows
+  const bool* coded = nullptr;    // whether its quantized rows are read in place this tile (LoadTile)
   const float* knorm = nullptr;  // [block_k] its key rows' squared norms (adaptive exact scores)
   float* m = nullptr;     // [rows]
   float* l = nullptr;     // [rows]
@@ -508,6 +603,9 @@ HeadPart StartHead(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, co
   hp.o = w.o + t * dp.rows * dp.dvpad;
   hp.krow = w.krow + t * dp.block_k;
   hp.vrow = w.vrow + t * dp.block_k;
+  hp.kscale = w.kscale + t * dp.block_k;
+  hp.vscale = w.vscale + t * dp.block_k;
+  hp.coded = w.coded + t;
   hp.knorm = w.knorm ? w.knorm + t * dp.block_k : nullptr;
   hp.m = w.m + t * dp.rows;
   hp.l = w.l + t * dp.rows;
@@ -581,15 +679,24 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
   if (exact) {  // f32 inputs: the rows are f32
     TileDotsExact(dd, hp.q, RowsOf<float>(hp.krow), dp.dpad, R, nk, w.sd, kpad);
   } else {
-    switch (TileRowType(a.k.dtype, a.k.dim, dp.dpad)) {
+    switch (RowType(a.k.dtype, a.k.dim, dp.dpad, *hp.coded)) {
       case DType::bf16:
-        TileDots(d, hp.q, RowsOf<hwy::bfloat16_t>(hp.krow), dp.dpad, R, nk, w.s, kpad, pf);
+        TileDots(d, hp.q, RowsOf<hwy::bfloat16_t>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
         break;
       case DType::f16:
-        TileDots(d, hp.q, RowsOf<hwy::float16_t>(hp.krow), dp.dpad, R, nk, w.s, kpad, pf);
+        TileDots(d, hp.q, RowsOf<hwy::float16_t>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
+        break;
+      case DType::i8:
+        TileDots(d, hp.q, RowsOf<int8_t>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
+        break;
+      case DType::e4m3:
+        TileDots(d, hp.q, RowsOf<E4M3Bits>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
+        break;
+      case DType::e5m2:
+        TileDots(d, hp.q, RowsOf<E5M2Bits>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
         break;
       default:
-        TileDots(d, hp.q, RowsOf<float>(hp.krow), dp.dpad, R, nk, w.s, kpad, pf);
+        TileDots(d, hp.q, RowsOf<float>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
     }
   }
   for (int64_t r = 0; r < R; ++r) {
@@ -613,7 +720,7 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
       DropoutRow(w.s + r * kpad, c0, std::max(ri.kbeg, c0) - c0, std::min(ri.kend, c1) - c0, ri.i, ri.drop);
     }
   }
-  const DType vt = TileRowType(a.v.dtype, a.v.dim, dp.dvpad);
+  const DType vt = RowType(a.v.dtype, a.v.dim, dp.dvpad, *hp.coded);
   for (int64_t r = 0; r < R;) {
     const RowInfo& ri = hp.rows.info[r];
     const int64_t j0 = std::max(ri.kbeg, c0) - c0, j1 = std::min(ri.kend, c1) - c0;
@@ -621,12 +728,27 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     while (n4 < 4 && r + n4 < R && hp.rows.info[r + n4].i == ri.i) ++n4;
     const float* pr = w.s + r * kpad;
     float* o = hp.o + r * dp.dvpad;
-    if (j0 < j1 && vt == DType::bf16) {
-      RowsAxpy(d, pr, kpad, RowsOf<hwy::bfloat16_t>(hp.vrow), dp.dvpad, o, w.alpha + r, n4, j0, j1);
-    } else if (j0 < j1 && vt == DType::f16) {
-      RowsAxpy(d, pr, kpad, RowsOf<hwy::float16_t>(hp.vrow), dp.dvpad, o, w.alpha + r, n4, j0, j1);
-    } else if (j0 < j1) {
-      RowsAxpy(d, pr, kpad, RowsOf<float>(hp.vrow), dp.dvpad, o, w.alpha + r, n4, j0, j1);
+    if (j0 < j1) {
+      const float* vs = hp.vscale;
+      switch (vt) {
+        case DType::bf16:
+          RowsAxpy(d, pr, kpad, RowsOf<hwy::bfloat16_t>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
+          break;
+        case DType::f16:
+          RowsAxpy(d, pr, kpad, RowsOf<hwy::float16_t>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
+          break;
+        case DType::i8:
+          RowsAxpy(d, pr, kpad, RowsOf<int8_t>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
+          break;
+        case DType::e4m3:
+          RowsAxpy(d, pr, kpad, RowsOf<E4M3Bits>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
+          break;
+        case DType::e5m2:
+          RowsAxpy(d, pr, kpad, RowsOf<E5M2Bits>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
+          break;
+        default:
+          RowsAxpy(d, pr, kpad, RowsOf<float>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
+      }
     }
     r += n4;
   }
@@ -676,8 +798,15 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   const Mask& mask = seq.mask;
   const int64_t nq = mask.seqlen_q;
   if (nq * dp.group == 0 || nh <= 0) return;
-  HeadPart heads[kMaxDecodeHeads];
-  for (int64_t t = 0; t < nh; ++t) heads[t] = StartHead(a, p, dp, w, seq, s, t, h0 + t);
+  // The item's heads, constructed only for the nh it carries: a HeadPart holds rows for
+  // kDecodeMaxRows, and default-constructing all kMaxDecodeHeads of them (64 KiB) took as long as a
+  // short item's dot products.
+  union HeadSlot {
+    HeadSlot() {}
+    HeadPart part;
+  } slots[kMaxDecodeHeads];
+  static_assert(std::is_trivially_destructible_v<HeadPart>);
+  for (int64_t t = 0; t < nh; ++t) new (&slots[t].part) HeadPart(StartHead(a, p, dp, w, seq, s, t, h0 + t));
   // The tiles' columns past d stay zero: dot products and axpys run over whole vectors. (Rows past
   // a short last tile's keys are never read.)
   const int64_t dim = a.k.dim, dv = a.v.dim;
@@ -688,6 +817,9 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   // Exact scores are for fp32 inputs; k has q's dtype (its rows are f32) or is quantized (its tile
   // copies are, and LoadTile takes the norms from them).
   const bool norms = p.exact_scores && p.scores == ScorePrecision::adaptive;
+  // Quantized rows read in place (LoadTile): fp32 scores of rows whose lengths are whole vectors.
+  const bool codes = is_quantized(a.k.dtype) && !p.exact_scores && DequantizesInVectors(a.k.dtype) &&
+                     dim == dp.dpad && dv == dp.dvpad;
 
   // This item's keys: its split's chunk of the keys the rows may see.
   const int64_t n = mask.seqlen_k;
@@ -700,15 +832,15 @@ void DecodeItem(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, Decod
   const int64_t steps = nh * dp.block_k * (nq * dp.group / 4 + nq * dp.group % 4);
   for (int64_t c0 = key_lo; c0 < key_hi; c0 += dp.block_k) {
     const int64_t c1 = std::min(c0 + dp.block_k, key_hi);
-    LoadTile(a, seq, h0, nh, c0, c1, dp, w, norms ? w.knorm : nullptr);
+    LoadTile(a, seq, h0, nh, c0, c1, dp, w, norms ? w.knorm : nullptr, codes);
     pf.Start(c1, std::min(c1 + dp.block_k, key_hi), steps);
-    for (int64_t t = 0; t < nh; ++t) HeadTile(a, p, dp, w, seq, s, heads[t], c0, c1, pf);
+    for (int64_t t = 0; t < nh; ++t) HeadTile(a, p, dp, w, seq, s, slots[t].part, c0, c1, pf);
     pf.Finish();  // what the steps left (fp64 scores do not step)
   }
   const int64_t hk = a.k.heads;
   for (int64_t t = 0; t < nh; ++t) {
     const int64_t at = part_o ? partial_index(dp, hk, s, h0 + t, c) : 0;
-    FinishHead(a, dp, seq, heads[t], part_o ? part_o + at * dp.rows * dv : nullptr,
+    FinishHead(a, dp, seq, slots[t].part, part_o ? part_o + at * dp.rows * dv : nullptr,
                part_o ? part_lse + at * dp.rows : nullptr);
   }
 }

@@ -98,6 +98,11 @@ struct DecodeScratch {
   const void** krow;  // [heads x block_k] where each key row of the tile is read: the cache (rows of
                       // whole vectors: f32, bf16, f16 widened in registers), or its copy in kt
   const void** vrow;  // [heads x block_k] the same for the value rows
+  float* kscale;  // [heads x block_k] scales of quantized key rows read in place (times
+                  // DequantizeScaleFactor), else unused
+  float* vscale;  // [heads x block_k] the same for the value rows
+  bool* coded;    // [heads] whether the head's quantized rows are read in place this tile (else
+                  // they are dequantized into kt / vt)
   float* s;       // [rows x kpad] one head's scores, then P (keys along the lanes)
   double* sd;     // [rows x kpad] raw scores in fp64 (exact scores only, else null)
   float* m;       // [heads x rows] running max
@@ -114,6 +119,9 @@ struct DecodeScratch {
         vt(c.take<float>(dp.heads * dp.block_k * dp.dvpad, kVectorAlign)),
         krow(c.take<const void*>(dp.heads * dp.block_k, kVectorAlign)),
         vrow(c.take<const void*>(dp.heads * dp.block_k, kVectorAlign)),
+        kscale(c.take<float>(dp.heads * dp.block_k, kVectorAlign)),
+        vscale(c.take<float>(dp.heads * dp.block_k, kVectorAlign)),
+        coded(c.take<bool>(dp.heads, kVectorAlign)),
         s(c.take<float>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign)),
         sd(exact ? c.take<double>(dp.rows * round_up(dp.block_k, kMaxLanes), kVectorAlign) : nullptr),
         m(c.take<float>(dp.heads * dp.rows, kVectorAlign)),

@@ -150,40 +150,111 @@ TEST_CASE("quantized: a call over quantized K/V is the call over its dequantized
 #ifdef FLASHATTN_UNIT_HAS_CPU
 TEST_CASE("quantized: the CPU dequantizes every 8-bit pattern exactly, on every target and path") {
   // One query row over one key: P = 1, so out is the value row itself: the 256 patterns times the
-  // scale, rounded to fp32 once, whatever the target's vector decoding.
-  constexpr int64_t dv = 256, d = 8;
+  // scale, rounded to fp32 once, whatever the target's vector decoding. Paths: the general forward;
+  // the decode path with its rows dequantized into fp32 tiles (d = 8, not a whole number of
+  // vectors; or fp64 scores); and with its rows read in place (d = 16 and fp32 scores), where an
+  // e4m3 NaN code sends the head's tile to the dequantized copy, so e4m3 also runs without them.
+  constexpr int64_t dv = 256;
   const float scale = 0.75f;
-  std::vector<uint8_t> krow(d, 0x30), vrow(dv);
-  for (int64_t x = 0; x < dv; ++x) vrow[x] = static_cast<uint8_t>(x);
-  std::vector<float> q(d, 0.5f), out(dv), lse(1), ks{scale}, vs{scale};
+  struct Path {
+    const char* name;
+    bool decode;
+    int64_t d;
+    flashattn::cpu::ScorePrecision scores;
+  };
+  const Path paths[] = {{"general", false, 8, flashattn::cpu::ScorePrecision::adaptive},
+                        {"decode, tile copy", true, 8, flashattn::cpu::ScorePrecision::fp32},
+                        {"decode, fp64 scores", true, 16, flashattn::cpu::ScorePrecision::adaptive},
+                        {"decode, in place", true, 16, flashattn::cpu::ScorePrecision::fp32}};
+  std::vector<float> out(dv), lse(1), ks{scale}, vs{scale};
   for (DType t : {DType::i8, DType::e4m3, DType::e5m2}) {
-    for (const auto& target : flashattn::cpu::targets()) {
-      for (bool decode : {true, false}) {
-        const std::string name = std::string(flashattn::dtype_name(t)) + " " + target.name + (decode ? "" : " general");
-        CAPTURE(name);
-        flashattn::ForwardArgs a;
-        a.q = bshd(static_cast<const void*>(q.data()), DType::f32, 1, 1, 1, d);
-        a.k = bshd(static_cast<const void*>(krow.data()), t, 1, 1, 1, d);
-        a.v = bshd(static_cast<const void*>(vrow.data()), t, 1, 1, 1, dv);
-        a.kv_scales = {ks.data(), vs.data(), ScaleGranularity::tensor};
-        a.out = bshd(static_cast<void*>(out.data()), DType::f32, 1, 1, 1, dv);
-        a.lse = lse.data();
-        flashattn::cpu::Config c;
-        c.target = target.bit;
-        c.decode = decode;
-        std::fill(out.begin(), out.end(), -1.0f);
-        flashattn::cpu::forward(a, c);
-        for (int64_t x = 0; x < dv; ++x) {
-          const float want = flashattn::dequantize(flashattn::load_as_float(vrow.data(), t, x), scale);
-          if (std::isnan(want))
-            CHECK(std::isnan(out[x]));
-          else
-            CHECK_MESSAGE(out[x] == want, "pattern " << x << ": " << out[x] << " want " << want);  // -0: 0 + 1·(-0) = +0
+    for (bool nan_codes : {true, false}) {
+      if (!nan_codes && t != DType::e4m3) continue;
+      std::vector<uint8_t> vrow(dv);
+      for (int64_t x = 0; x < dv; ++x) {
+        const bool nan = std::isnan(flashattn::load_as_float(std::vector<uint8_t>{static_cast<uint8_t>(x)}.data(), t, 0));
+        vrow[x] = nan && !nan_codes ? 0 : static_cast<uint8_t>(x);
+      }
+      for (const auto& target : flashattn::cpu::targets()) {
+        for (const Path& path : paths) {
+          const std::string name = std::string(flashattn::dtype_name(t)) + " " + target.name + " " + path.name +
+                                   (nan_codes ? "" : ", no NaN codes");
+          CAPTURE(name);
+          std::vector<uint8_t> krow(path.d, 0x30);
+          std::vector<float> q(path.d, 0.5f);
+          flashattn::ForwardArgs a;
+          a.q = bshd(static_cast<const void*>(q.data()), DType::f32, 1, 1, 1, path.d);
+          a.k = bshd(static_cast<const void*>(krow.data()), t, 1, 1, 1, path.d);
+          a.v = bshd(static_cast<const void*>(vrow.data()), t, 1, 1, 1, dv);
+          a.kv_scales = {ks.data(), vs.data(), ScaleGranularity::tensor};
+          a.out = bshd(static_cast<void*>(out.data()), DType::f32, 1, 1, 1, dv);
+          a.lse = lse.data();
+          flashattn::cpu::Config c;
+          c.target = target.bit;
+          c.decode = path.decode;
+          c.scores = path.scores;
+          std::fill(out.begin(), out.end(), -1.0f);
+          flashattn::cpu::forward(a, c);
+          for (int64_t x = 0; x < dv; ++x) {
+            const float want = flashattn::dequantize(flashattn::load_as_float(vrow.data(), t, x), scale);
+            if (std::isnan(want))
+              CHECK(std::isnan(out[x]));
+            else
+              CHECK_MESSAGE(out[x] == want, "pattern " << x << ": " << out[x] << " want " << want);  // -0: 0 + 1·(-0) = +0
+          }
         }
       }
     }
   }
 }
+TEST_CASE("quantized: the CPU decode path dequantizes key rows exactly, in place and copied") {
+  // One query row, one-hot at lane x, over one key row of 16 codes, softmax scale 1: S = K[x], and
+  // with one key LSE = S, so lse is the key element itself (fl32(decode · scale)); a NaN or
+  // infinite element makes S NaN (0 · inf in the other lanes). Each group of 16 patterns fills the
+  // row in turn; fp32 scores read the codes in place (an e4m3 NaN code sends the tile to the copy),
+  // fp64 scores read the dequantized copy.
+  constexpr int64_t d = 16;
+  const float scale = 0.75f;
+  std::vector<float> q(d), out(d), lse(1), ks{scale}, vs{scale};
+  std::vector<uint8_t> krow(d), vrow(d, 0x30);
+  for (DType t : {DType::i8, DType::e4m3, DType::e5m2}) {
+    for (const auto& target : flashattn::cpu::targets()) {
+      for (auto scores : {flashattn::cpu::ScorePrecision::fp32, flashattn::cpu::ScorePrecision::adaptive}) {
+        for (int64_t first = 0; first < 256; first += d) {
+          for (int64_t x = 0; x < d; ++x) krow[x] = static_cast<uint8_t>(first + x);
+          for (int64_t x = 0; x < d; ++x) {
+            CAPTURE(flashattn::dtype_name(t));
+            CAPTURE(target.name);
+            CAPTURE(first + x);
+            CAPTURE(scores == flashattn::cpu::ScorePrecision::fp32);
+            std::fill(q.begin(), q.end(), 0.0f);
+            q[x] = 1.0f;
+            flashattn::ForwardArgs a;
+            a.q = bshd(static_cast<const void*>(q.data()), DType::f32, 1, 1, 1, d);
+            a.k = bshd(static_cast<const void*>(krow.data()), t, 1, 1, 1, d);
+            a.v = bshd(static_cast<const void*>(vrow.data()), t, 1, 1, 1, d);
+            a.kv_scales = {ks.data(), vs.data(), ScaleGranularity::tensor};
+            a.out = bshd(static_cast<void*>(out.data()), DType::f32, 1, 1, 1, d);
+            a.lse = lse.data();
+            a.scale = 1.0f;
+            flashattn::cpu::Config c;
+            c.target = target.bit;
+            c.scores = scores;
+            flashattn::cpu::forward(a, c);
+            bool finite = true;  // every element of the row: 0 · inf and 0 · NaN are NaN
+            for (int64_t y = 0; y < d; ++y) finite = finite && std::isfinite(flashattn::load_as_float(krow.data(), t, y));
+            const float want = flashattn::dequantize(flashattn::load_as_float(krow.data(), t, x), scale);
+            if (!finite)
+              CHECK(std::isnan(lse[0]));
+            else
+              CHECK(lse[0] == want);
+          }
+        }
+      }
+    }
+  }
+}
+
 #endif
 
 TEST_CASE("quantized: bad dtypes, scales and uses are rejected, naming the argument") {
