@@ -1,6 +1,9 @@
 """CPU figures of the Zen 5 development host: forward/backward against the materialised baseline, the
 default set, scaling, tile sweeps, the AVX2 code forced on Zen 5 and against PyTorch; and the AVX2
 code on a Zen 3 host against PyTorch."""
+import csv
+import io
+
 from . import block, load_json, md_tables, read, span, table
 
 TARGETS = [f"benchmarks/results/2026-11-23/targets/targets-{i}.json" for i in (1, 2, 3)]
@@ -348,3 +351,54 @@ def readme_decode():
             f"({vs_high} % of the {high} GB/s this host measured earlier the same day); "
             f"in tokens/s {of('f32', 'vs torch', '{:.1f}')}x (f32) and {of('bf16', 'vs torch', '{:.0f}')}x (bf16) "
             f"PyTorch's CPU SDPA flash kernel on the same shapes.")
+
+
+# ---- decode over quantized caches on the Zen 3 host (flashattn-bench --decode CSV) ----------------
+
+DECODE_Q_ZEN3 = "benchmarks/results/2026-11-29/decode-quantized-zen3-a7e4dee"
+DECODE_Q_RUNS = {w: [f"{DECODE_Q_ZEN3}/{w}-{i}.csv" for i in (1, 2, 3)] for w in ("before", "after")}
+
+
+def decode_csv_best(paths):
+    """Per (dtype, B, Nk, layout), the row with the smallest min_ms over the decode CSV files."""
+    best = {}
+    for rel in paths:
+        for r in csv.DictReader(io.StringIO(read(rel))):
+            k = (r["dtype"], int(r["batch"]), int(r["nk"]), r["layout"])
+            if r["status"].startswith("ok") and (k not in best or float(r["min_ms"]) < float(best[k]["min_ms"])):
+                best[k] = r
+    return best
+
+
+@block("cpu-decode-quantized-zen3", *DECODE_Q_RUNS["before"], *DECODE_Q_RUNS["after"])
+def cpu_decode_quantized_zen3():
+    after, before = decode_csv_best(DECODE_Q_RUNS["after"]), decode_csv_best(DECODE_Q_RUNS["before"])
+    bws = [float(r[f]) for rel in DECODE_Q_RUNS["after"] for r in csv.DictReader(io.StringIO(read(rel)))
+           for f in ("read_bw_before", "read_bw_after")]
+    rows = []
+    for dt in ("f32", "bf16", "i8", "e4m3", "e5m2"):
+        for b in (1, 8):
+            for nk in (16384, 65536):
+                a, pg = after[(dt, b, nk, "contiguous")], after[(dt, b, nk, "paged-16")]
+                was, bf = before[(dt, b, nk, "contiguous")], after[("bf16", b, nk, "contiguous")]
+                ms = float(a["min_ms"])
+                rows.append([dt, b, nk, f"{ms:.2f}", f"{float(a['gbps']):.1f} ({float(a['percent_of_read_bw']):.0f} %)",
+                             f"{float(a['tokens_per_s_per_seq']):.0f}", f"{float(bf['min_ms']) / ms:.2f}x",
+                             f"{float(pg['min_ms']):.2f}", f"{float(was['min_ms']):.2f}",
+                             f"{float(was['min_ms']) / ms:.2f}x"])
+    head = (f"Read bandwidth measured by the three runs of a7e4dee (before and after each): {span(bws, '{:.1f}')} GB/s; "
+            "each run's % is against its own value before its timings.")
+    return "\n\n".join([head, table(["K/V dtype", "B", "Nk", "ms", "GB/s (% of read BW)", "tokens/s per sequence",
+                                     "tokens/s / bf16's", "paged-16 ms", "e8e8b6e ms", "speed-up"], rows)])
+
+
+@block("cpu-decode-quantized-zen3-spread",
+       *[f"{DECODE_Q_ZEN3}/spread-{w}-{i}-{dt}.csv" for w in ("before", "after") for i in (1, 2, 3, 4) for dt in ("f32", "bf16")])
+def cpu_decode_quantized_zen3_spread():
+    def mins(w, dt):
+        return [float(r["min_ms"]) for i in (1, 2, 3, 4)
+                for r in csv.DictReader(io.StringIO(read(f"{DECODE_Q_ZEN3}/spread-{w}-{i}-{dt}.csv")))]
+    parts = [f"{dt} B = 8, Nk = {nk}: {span(mins('before', dt), '{:.0f}')} ms before, {span(mins('after', dt), '{:.0f}')} ms after"
+             for dt, nk in (("f32", 65536), ("bf16", 16384))]
+    return ("f32 and bf16, whose code changed only in the scores' pairing, land at both sides of 1x: within this "
+            "host's spread, as four more interleaved pairs of the two cases furthest from it show (" + "; ".join(parts) + ").")
