@@ -66,18 +66,26 @@ struct ItemRows {
 // key, within a key the K row of each head, then the V rows: the cache's memory order.
 class TilePrefetch {
  public:
-  TilePrefetch(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh) : a_(a), seq_(seq), h0_(h0), nh_(nh) {
-    kbytes_ = a.k.dim * static_cast<int64_t>(dtype_size(a.k.dtype));
-    vbytes_ = a.v.dim * static_cast<int64_t>(dtype_size(a.v.dtype));
+  TilePrefetch(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh) : a_(a), seq_(seq), h0_(h0) {
+    // The run's rows of one key in K (and in V) are one span when its heads are adjacent in the
+    // row (the usual [B, N, Hk, d] caches and pages), else one span per head.
+    const auto spans = [&](const ConstTensor& x, int64_t& count, int64_t& bytes) {
+      const int64_t row = x.dim * static_cast<int64_t>(dtype_size(x.dtype));
+      const bool adjacent = nh == 1 || x.stride_head == x.dim;
+      count = adjacent ? 1 : nh;
+      bytes = adjacent ? nh * row : row;
+    };
+    spans(a.k, kspans_, kbytes_);
+    spans(a.v, vspans_, vbytes_);
   }
 
   // Starts the walk over keys [k0, k1), its lines spread over `steps` calls of Step.
   void Start(int64_t k0, int64_t k1, int64_t steps) {
     j_ = k0;
     end_ = k1;
-    t_ = 2 * nh_;  // no span open: the next one is key j_'s first
+    t_ = kspans_ + vspans_;  // no span open: the next one is key j_'s first
     left_ = 0;
-    const int64_t lines = (k1 - k0) * nh_ * (ceil_div(kbytes_, kLine) + ceil_div(vbytes_, kLine));
+    const int64_t lines = (k1 - k0) * (kspans_ * ceil_div(kbytes_, kLine) + vspans_ * ceil_div(vbytes_, kLine));
     per_step_ = std::max<int64_t>(ceil_div(lines, std::max<int64_t>(steps, 1)), 1);
   }
 
@@ -90,30 +98,40 @@ class TilePrefetch {
  private:
   static constexpr int64_t kLine = 64;
 
+  // Asks for `lines` lines, a span's lines in one tight loop (per line, the walk had cost ~30
+  // instructions: a fifth of an i8 decode step's).
   void Ask(int64_t lines) {
-    for (; lines > 0; --lines) {
-      while (left_ <= 0) {
-        if (t_ == 2 * nh_) {  // the key's spans are done: the next key
-          if (j_ >= end_) return;
+    const char* at = at_;
+    int64_t left = left_;
+    while (lines > 0) {
+      if (left <= 0) {
+        if (t_ == kspans_ + vspans_) {  // the key's spans are done: the next key
+          if (j_ >= end_) break;
           row_ = key_row(a_, seq_, j_++);
           t_ = 0;
         }
-        const bool k = t_ < nh_;
-        const int64_t h = h0_ + (k ? t_ : t_ - nh_);
+        const bool k = t_ < kspans_;
+        const int64_t h = h0_ + (k ? t_ : t_ - kspans_);
         const ConstTensor& x = k ? a_.k : a_.v;
-        at_ = static_cast<const char*>(x.data) + x.offset(row_.batch, row_.row, h) * static_cast<int64_t>(dtype_size(x.dtype));
-        left_ = k ? kbytes_ : vbytes_;
+        at = static_cast<const char*>(x.data) + x.offset(row_.batch, row_.row, h) * static_cast<int64_t>(dtype_size(x.dtype));
+        left = k ? kbytes_ : vbytes_;
         ++t_;
       }
-      prefetch_line(at_, PrefetchFor::read_now);
-      at_ += kLine;
-      left_ -= kLine;
+      const int64_t n = std::min(lines, ceil_div(left, kLine));
+      for (int64_t i = 0; i < n; ++i) prefetch_line(at + i * kLine, PrefetchFor::read_now);
+      at += n * kLine;
+      left -= n * kLine;
+      lines -= n;
     }
+    at_ = at;
+    left_ = left;
   }
 
   const ForwardArgs& a_;
   const Sequence& seq_;
-  int64_t h0_, nh_, kbytes_, vbytes_;
+  int64_t h0_;
+  int64_t kspans_ = 1, vspans_ = 1;  // spans per key in K, in V
+  int64_t kbytes_ = 0, vbytes_ = 0;  // bytes of each
   int64_t j_ = 0, end_ = 0, t_ = 0, left_ = 0, per_step_ = 1;
   KeyRow row_;
   const char* at_ = nullptr;
@@ -135,6 +153,20 @@ inline DType RowType(DType t, int64_t n, int64_t npad, bool coded) { return code
 template <class T>
 const T* const* RowsOf(const void* const* rows) {
   return reinterpret_cast<const T* const*>(rows);
+}
+
+// a_i += x_i · u and b_i += x_i · v for i = 0..3: the 4 x 2 block of multiply-adds both the scores
+// (four query rows by two keys) and the P·V axpys (four rows' P by two vectors of V) run.
+template <class V>
+HWY_INLINE void MulAdd4x2(V x0, V x1, V x2, V x3, V u, V v, V& a0, V& b0, V& a1, V& b1, V& a2, V& b2, V& a3, V& b3) {
+  a0 = hn::MulAdd(x0, u, a0);
+  b0 = hn::MulAdd(x0, v, b0);
+  a1 = hn::MulAdd(x1, u, a1);
+  b1 = hn::MulAdd(x1, v, b1);
+  a2 = hn::MulAdd(x2, u, a2);
+  b2 = hn::MulAdd(x2, v, b2);
+  a3 = hn::MulAdd(x3, u, a3);
+  b3 = hn::MulAdd(x3, v, b3);
 }
 
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad
@@ -161,14 +193,7 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
         const auto ka = LoadInPlace(d, k0 + x, s0), kb = LoadInPlace(d, k1 + x, s1);
         const auto x0 = hn::Load(d, q0 + x), x1 = hn::Load(d, q0 + dpad + x);
         const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
-        a0 = hn::MulAdd(x0, ka, a0);
-        b0 = hn::MulAdd(x0, kb, b0);
-        a1 = hn::MulAdd(x1, ka, a1);
-        b1 = hn::MulAdd(x1, kb, b1);
-        a2 = hn::MulAdd(x2, ka, a2);
-        b2 = hn::MulAdd(x2, kb, b2);
-        a3 = hn::MulAdd(x3, ka, a3);
-        b3 = hn::MulAdd(x3, kb, b3);
+        MulAdd4x2(x0, x1, x2, x3, ka, kb, a0, b0, a1, b1, a2, b2, a3, b3);
       }
       float* sj = s + r * kpad + j;
       sj[0] = hn::GetLane(hn::SumOfLanes(d, a0));
@@ -368,14 +393,7 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
         const auto sv = RowScale<TV>(d, vscale, j);
         const auto va = LoadInPlace(d, vrow[j] + x, sv), vb = LoadInPlace(d, vrow[j] + x + L, sv);
         const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
-        a0 = hn::MulAdd(q0, va, a0);
-        b0 = hn::MulAdd(q0, vb, b0);
-        a1 = hn::MulAdd(q1, va, a1);
-        b1 = hn::MulAdd(q1, vb, b1);
-        a2 = hn::MulAdd(q2, va, a2);
-        b2 = hn::MulAdd(q2, vb, b2);
-        a3 = hn::MulAdd(q3, va, a3);
-        b3 = hn::MulAdd(q3, vb, b3);
+        MulAdd4x2(q0, q1, q2, q3, va, vb, a0, b0, a1, b1, a2, b2, a3, b3);
       }
       hn::Store(finish(o0, alpha[0], a0), d, o0);
       hn::Store(finish(o0 + L, alpha[0], b0), d, o0 + L);
@@ -472,11 +490,7 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
   const int64_t dim = a.k.dim, dv = a.v.dim;
   const bool k_direct = InPlaceRows(a.k.dtype, dim, dp.dpad);
   const bool v_direct = InPlaceRows(a.v.dtype, dv, dp.dvpad);
-  const auto* kdata = static_cast<const char*>(a.k.data);
-  const auto* vdata = static_cast<const char*>(a.v.data);
-  const float* kf32 = static_cast<const float*>(a.k.data);  // the keys of adaptive exact scores (f32)
   const bool quantized = is_quantized(a.k.dtype);
-  const int64_t ksize = static_cast<int64_t>(dtype_size(a.k.dtype)), vsize = static_cast<int64_t>(dtype_size(a.v.dtype));
   // Quantized key j's rows of head t dequantized into the tiles (each row decoded times its scale).
   const auto dequantize = [&](const KeyRow& at, int64_t t, int64_t row) {
     float* kdst = w.kt + row * dp.dpad;
@@ -489,30 +503,42 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
                   kv_scale(a, a.kv_scales.v, at.batch, at.row, h0 + t), vdst);
     if (knorm) knorm[row] = KeyRowNorm<false>(kdst, dim, nullptr);
   };
+  // Where key `at`'s row of the item's head t lives in x: base + t·step bytes (the key's rows are
+  // found once per key, not per head).
+  struct HeadRows {
+    const char* base;
+    int64_t step;
+  };
+  const auto rows_of = [&](const ConstTensor& x, const KeyRow& at) {
+    const int64_t size = static_cast<int64_t>(dtype_size(x.dtype));
+    return HeadRows{static_cast<const char*>(x.data) + x.offset(at.batch, at.row, h0) * size, x.stride_head * size};
+  };
   if (quantized && codes) {
     const DType qt = a.k.dtype;
     const float factor = DequantizeScaleFactor(qt);
+    const ScaleGranularity g = a.kv_scales.granularity;
+    const int64_t scale_step = g == ScaleGranularity::tensor ? 0 : 1;  // between the heads of a key
+    // Points the tile rows of key j (column col) of every head at their codes in x (K or V, scales
+    // `scales`) and keeps their scales; a row LoadDequantized cannot read sends its head's tile to
+    // the copy.
+    const auto point = [&](const ConstTensor& x, const float* scales, const KeyRow& at, int64_t col, const void** rows,
+                           float* rscale) {
+      const HeadRows r = rows_of(x, at);
+      const float* sc = scales + kv_scale_index(g, a.k.seq, a.k.heads, at.batch, at.row, h0);
+      for (int64_t t = 0; t < nh; ++t) {
+        const char* at_codes = r.base + t * r.step;
+        const float scale = sc[t * scale_step];
+        rows[t * dp.block_k + col] = at_codes;
+        rscale[t * dp.block_k + col] = scale * factor;
+        const bool nan = qt == DType::e4m3 && HasE4M3NaN(reinterpret_cast<const uint8_t*>(at_codes), x.dim);
+        if (nan || !ScaledCodesUsable(qt, scale)) w.coded[t] = false;
+      }
+    };
     for (int64_t t = 0; t < nh; ++t) w.coded[t] = true;
     for (int64_t j = c0; j < c1; ++j) {
       const KeyRow at = key_row(a, seq, j);
-      for (int64_t t = 0; t < nh; ++t) {
-        const int64_t row = t * dp.block_k + j - c0;
-        const int64_t koff = a.k.offset(at.batch, at.row, h0 + t);
-        const float ks = kv_scale(a, a.kv_scales.k, at.batch, at.row, h0 + t);
-        w.krow[row] = kdata + koff;
-        w.kscale[row] = ks * factor;
-        const bool nan = qt == DType::e4m3 && HasE4M3NaN(reinterpret_cast<const uint8_t*>(kdata + koff), dim);
-        if (nan || !ScaledCodesUsable(qt, ks)) w.coded[t] = false;
-      }
-      for (int64_t t = 0; t < nh; ++t) {
-        const int64_t row = t * dp.block_k + j - c0;
-        const int64_t voff = a.v.offset(at.batch, at.row, h0 + t);
-        const float vs = kv_scale(a, a.kv_scales.v, at.batch, at.row, h0 + t);
-        w.vrow[row] = vdata + voff;
-        w.vscale[row] = vs * factor;
-        const bool nan = qt == DType::e4m3 && HasE4M3NaN(reinterpret_cast<const uint8_t*>(vdata + voff), dv);
-        if (nan || !ScaledCodesUsable(qt, vs)) w.coded[t] = false;
-      }
+      point(a.k, a.kv_scales.k, at, j - c0, w.krow, w.kscale);
+      point(a.v, a.kv_scales.v, at, j - c0, w.vrow, w.vscale);
     }
     for (int64_t t = 0; t < nh; ++t) {
       if (w.coded[t]) continue;
@@ -527,31 +553,31 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
       for (int64_t t = 0; t < nh; ++t) dequantize(at, t, t * dp.block_k + j - c0);
       continue;
     }
+    const HeadRows kr = rows_of(a.k, at), vr = rows_of(a.v, at);
     for (int64_t t = 0; t < nh; ++t) {
       const int64_t row = t * dp.block_k + j - c0;
-      const int64_t off = a.k.offset(at.batch, at.row, h0 + t);
+      const char* k = kr.base + t * kr.step;
       if (k_direct) {
-        w.krow[row] = kdata + off * ksize;
-        if (knorm) knorm[row] = KeyRowNorm<false>(kf32 + off, dim, nullptr);
+        w.krow[row] = k;
+        if (knorm) knorm[row] = KeyRowNorm<false>(reinterpret_cast<const float*>(k), dim, nullptr);
       } else {
         float* dst = w.kt + row * dp.dpad;
         w.krow[row] = dst;
         if (knorm) {
-          knorm[row] = KeyRowNorm<true>(kf32 + off, dim, dst);
+          knorm[row] = KeyRowNorm<true>(reinterpret_cast<const float*>(k), dim, dst);
         } else {
-          LoadRow(a.k.data, a.k.dtype, off, dim, dst);
+          LoadRow(a.k.data, a.k.dtype, a.k.offset(at.batch, at.row, h0 + t), dim, dst);
         }
       }
     }
     for (int64_t t = 0; t < nh; ++t) {
       const int64_t row = t * dp.block_k + j - c0;
-      const int64_t off = a.v.offset(at.batch, at.row, h0 + t);
       if (v_direct) {
-        w.vrow[row] = vdata + off * vsize;
+        w.vrow[row] = vr.base + t * vr.step;
       } else {
         float* dst = w.vt + row * dp.dvpad;
         w.vrow[row] = dst;
-        LoadRow(a.v.data, a.v.dtype, off, dv, dst);
+        LoadRow(a.v.data, a.v.dtype, a.v.offset(at.batch, at.row, h0 + t), dv, dst);
       }
     }
   }
