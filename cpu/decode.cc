@@ -267,6 +267,7 @@ void RowScores(D d, float* HWY_RESTRICT s, int64_t W, int64_t nk, int64_t c0, in
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const auto hid = hn::Set(d, hidden);
   const int64_t lo = std::max<int64_t>(kb - c0, 0), hi = std::min<int64_t>(ke - c0, nk);  // visible lanes
+  if (!transform && lo == 0 && hi == W) return;  // every lane visible and kept as it is
   for (int64_t w = 0; w < W; w += L) {
     auto v = hn::Load(d, s + w);
     if (transform) {
