@@ -183,7 +183,6 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
     int64_t j = 0;
     for (; j + 2 <= nk; j += 2) {  // two keys: eight independent sums hide the FMA latency
       pf.Step();
-      pf.Step();
       const TK* k0 = krow[j];
       const TK* k1 = krow[j + 1];
       const auto s0 = RowScale<TK>(d, kscale, j), s1 = RowScale<TK>(d, kscale, j + 1);
@@ -195,6 +194,7 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
         const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
         MulAdd4x2(x0, x1, x2, x3, ka, kb, a0, b0, a1, b1, a2, b2, a3, b3);
       }
+      pf.Step();  // the pair's second share, after its products: half the lines per burst
       float* sj = s + r * kpad + j;
       sj[0] = hn::GetLane(hn::SumOfLanes(d, a0));
       sj[1] = hn::GetLane(hn::SumOfLanes(d, b0));
