@@ -188,13 +188,20 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
       const auto s0 = RowScale<TK>(d, kscale, j), s1 = RowScale<TK>(d, kscale, j + 1);
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
-      for (int64_t x = 0; x < dpad; x += L) {
-        const auto ka = LoadInPlace(d, k0 + x, s0), kb = LoadInPlace(d, k1 + x, s1);
-        const auto x0 = hn::Load(d, q0 + x), x1 = hn::Load(d, q0 + dpad + x);
-        const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
-        MulAdd4x2(x0, x1, x2, x3, ka, kb, a0, b0, a1, b1, a2, b2, a3, b3);
-      }
-      pf.Step();  // the pair's second share, after its products: half the lines per burst
+      const auto products = [&](int64_t x0_, int64_t x1_) {
+        for (int64_t x = x0_; x < x1_; x += L) {
+          const auto ka = LoadInPlace(d, k0 + x, s0), kb = LoadInPlace(d, k1 + x, s1);
+          const auto x0 = hn::Load(d, q0 + x), x1 = hn::Load(d, q0 + dpad + x);
+          const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
+          MulAdd4x2(x0, x1, x2, x3, ka, kb, a0, b0, a1, b1, a2, b2, a3, b3);
+        }
+      };
+      // The pair's second share of prefetches between the two halves of its products: each burst
+      // of lines has half a pair's products to arrive in.
+      const int64_t half = dpad / (2 * L) * L;
+      products(0, half);
+      pf.Step();
+      products(half, dpad);
       float* sj = s + r * kpad + j;
       sj[0] = hn::GetLane(hn::SumOfLanes(d, a0));
       sj[1] = hn::GetLane(hn::SumOfLanes(d, b0));
