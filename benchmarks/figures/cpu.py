@@ -355,7 +355,7 @@ def readme_decode():
 
 # ---- decode over quantized caches on the Zen 3 host (flashattn-bench --decode CSV) ----------------
 
-DECODE_Q_ZEN3 = "benchmarks/results/2026-11-29/decode-quantized-zen3-a7e4dee"
+DECODE_Q_ZEN3 = "benchmarks/results/2026-11-29/decode-quantized-zen3-20852b8"
 DECODE_Q_RUNS = {w: [f"{DECODE_Q_ZEN3}/{w}-{i}.csv" for i in (1, 2, 3)] for w in ("before", "after")}
 
 
@@ -386,19 +386,27 @@ def cpu_decode_quantized_zen3():
                              f"{float(a['tokens_per_s_per_seq']):.0f}", f"{float(bf['min_ms']) / ms:.2f}x",
                              f"{float(pg['min_ms']):.2f}", f"{float(was['min_ms']):.2f}",
                              f"{float(was['min_ms']) / ms:.2f}x"])
-    head = (f"Read bandwidth measured by the three runs of a7e4dee (before and after each): {span(bws, '{:.1f}')} GB/s; "
+    commit = DECODE_Q_ZEN3.rsplit("-", 1)[1]
+    head = (f"Read bandwidth measured by the three runs of {commit} (before and after each): {span(bws, '{:.1f}')} GB/s; "
             "each run's % is against its own value before its timings.")
     return "\n\n".join([head, table(["K/V dtype", "B", "Nk", "ms", "GB/s (% of read BW)", "tokens/s per sequence",
                                      "tokens/s / bf16's", "paged-16 ms", "e8e8b6e ms", "speed-up"], rows)])
 
 
-@block("cpu-decode-quantized-zen3-spread",
-       *[f"{DECODE_Q_ZEN3}/spread-{w}-{i}-{dt}.csv" for w in ("before", "after") for i in (1, 2, 3, 4) for dt in ("f32", "bf16")])
-def cpu_decode_quantized_zen3_spread():
-    def mins(w, dt):
-        return [float(r["min_ms"]) for i in (1, 2, 3, 4)
-                for r in csv.DictReader(io.StringIO(read(f"{DECODE_Q_ZEN3}/spread-{w}-{i}-{dt}.csv")))]
-    parts = [f"{dt} B = 8, Nk = {nk}: {span(mins('before', dt), '{:.0f}')} ms before, {span(mins('after', dt), '{:.0f}')} ms after"
-             for dt, nk in (("f32", 65536), ("bf16", 16384))]
-    return ("f32 and bf16, whose code changed only in the scores' pairing, land at both sides of 1x: within this "
-            "host's spread, as four more interleaved pairs of the two cases furthest from it show (" + "; ".join(parts) + ").")
+# ---- decode from cache on the Zen 3 host at three commits (flashattn-bench --decode text lines) ---
+
+DECODE_CACHE_ZEN3 = "benchmarks/results/2026-11-29/decode-incache-zen3-f715819"
+DECODE_CACHE_COMMITS = ("e8e8b6e", "a7e4dee", "f715819")
+
+
+@block("cpu-decode-incache-zen3", *[f"{DECODE_CACHE_ZEN3}/{c}.txt" for c in DECODE_CACHE_COMMITS])
+def cpu_decode_incache_zen3():
+    times = {}  # (commit, dtype) -> the min ms of each round
+    for c in DECODE_CACHE_COMMITS:
+        for line in read(f"{DECODE_CACHE_ZEN3}/{c}.txt").splitlines():
+            f = line.split()
+            times.setdefault((c, f[0]), []).append(float(f[f.index("min") + 1]))
+    rows = [[dt] + [f"{min(times[(c, dt)]):.2f} ({span(times[(c, dt)], '{:.2f}')})" for c in DECODE_CACHE_COMMITS]
+            for dt in ("f32", "bf16", "i8")]
+    return table(["dtype"] + [f"{c}: best (range of the {len(times[(c, 'bf16')])} rounds), ms" for c in DECODE_CACHE_COMMITS],
+                 rows)
