@@ -155,6 +155,26 @@ const T* const* RowsOf(const void* const* rows) {
   return reinterpret_cast<const T* const*>(rows);
 }
 
+// Calls f(rows) with the tile's row pointers typed as the element type of RowType `t` (f32 for the
+// fp32 tiles and copies).
+template <class F>
+void WithRows(DType t, const void* const* rows, F&& f) {
+  switch (t) {
+    case DType::bf16:
+      return f(RowsOf<hwy::bfloat16_t>(rows));
+    case DType::f16:
+      return f(RowsOf<hwy::float16_t>(rows));
+    case DType::i8:
+      return f(RowsOf<int8_t>(rows));
+    case DType::e4m3:
+      return f(RowsOf<E4M3Bits>(rows));
+    case DType::e5m2:
+      return f(RowsOf<E5M2Bits>(rows));
+    default:
+      return f(RowsOf<float>(rows));
+  }
+}
+
 // a_i += x_i · u and b_i += x_i · v for i = 0..3: the 4 x 2 block of multiply-adds both the scores
 // (four query rows by two keys) and the P·V axpys (four rows' P by two vectors of V) run.
 template <class V>
@@ -713,25 +733,8 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
   if (exact) {  // f32 inputs: the rows are f32
     TileDotsExact(dd, hp.q, RowsOf<float>(hp.krow), dp.dpad, R, nk, w.sd, kpad);
   } else {
-    switch (RowType(a.k.dtype, a.k.dim, dp.dpad, *hp.coded)) {
-      case DType::bf16:
-        TileDots(d, hp.q, RowsOf<hwy::bfloat16_t>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
-        break;
-      case DType::f16:
-        TileDots(d, hp.q, RowsOf<hwy::float16_t>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
-        break;
-      case DType::i8:
-        TileDots(d, hp.q, RowsOf<int8_t>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
-        break;
-      case DType::e4m3:
-        TileDots(d, hp.q, RowsOf<E4M3Bits>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
-        break;
-      case DType::e5m2:
-        TileDots(d, hp.q, RowsOf<E5M2Bits>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
-        break;
-      default:
-        TileDots(d, hp.q, RowsOf<float>(hp.krow), hp.kscale, dp.dpad, R, nk, w.s, kpad, pf);
-    }
+    WithRows(RowType(a.k.dtype, a.k.dim, dp.dpad, *hp.coded), hp.krow,
+             [&](auto krow) { TileDots(d, hp.q, krow, hp.kscale, dp.dpad, R, nk, w.s, kpad, pf); });
   }
   for (int64_t r = 0; r < R; ++r) {
     const RowInfo& ri = hp.rows.info[r];
@@ -763,26 +766,7 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     const float* pr = w.s + r * kpad;
     float* o = hp.o + r * dp.dvpad;
     if (j0 < j1) {
-      const float* vs = hp.vscale;
-      switch (vt) {
-        case DType::bf16:
-          RowsAxpy(d, pr, kpad, RowsOf<hwy::bfloat16_t>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
-          break;
-        case DType::f16:
-          RowsAxpy(d, pr, kpad, RowsOf<hwy::float16_t>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
-          break;
-        case DType::i8:
-          RowsAxpy(d, pr, kpad, RowsOf<int8_t>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
-          break;
-        case DType::e4m3:
-          RowsAxpy(d, pr, kpad, RowsOf<E4M3Bits>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
-          break;
-        case DType::e5m2:
-          RowsAxpy(d, pr, kpad, RowsOf<E5M2Bits>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
-          break;
-        default:
-          RowsAxpy(d, pr, kpad, RowsOf<float>(hp.vrow), vs, dp.dvpad, o, w.alpha + r, n4, j0, j1);
-      }
+      WithRows(vt, hp.vrow, [&](auto vrow) { RowsAxpy(d, pr, kpad, vrow, hp.vscale, dp.dvpad, o, w.alpha + r, n4, j0, j1); });
     }
     r += n4;
   }

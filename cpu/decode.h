@@ -96,7 +96,8 @@ struct DecodeScratch {
   float* kt;      // [heads x block_k x dpad] the current key tile in fp32, zero-padded
   float* vt;      // [heads x block_k x dvpad] the current value tile
   const void** krow;  // [heads x block_k] where each key row of the tile is read: the cache (rows of
-                      // whole vectors: f32, bf16, f16 widened in registers), or its copy in kt
+                      // whole vectors: f32, bf16, f16 widened, quantized codes dequantized in
+                      // registers), or its copy in kt
   const void** vrow;  // [heads x block_k] the same for the value rows
   float* kscale;  // [heads x block_k] scales of quantized key rows read in place (times
                   // DequantizeScaleFactor), else unused
