@@ -176,8 +176,10 @@ __device__ __forceinline__ void mma_dkdv(float (&acc_dk)[kColTiles][4], float (&
 
 // dQ_accum += dS·K for one query step (this warp's 16 query rows and kQCols columns from qcol0, rows
 // from i0 + qslab·16): the A fragments of dS come transposed from dSᵀ in shared memory (lane l names
-// key 16·ks + l % 8 + 8·(l / 16), query 8·((l / 8) % 2)); K from sK. Rows past the sequence add
-// nothing; the pairs of adjacent columns go out as fp32 reductions (dq_convert applies the scale).
+// key 16·ks + l % 8 + 8·(l / 16), query 8·((l / 8) % 2)); K from sK. The pairs of adjacent columns
+// go out as fp32 reductions (dq_convert applies the scale). A row past the sequence reduces into
+// p.dq_sink, a scratch row nobody reads, so no reduction is behind a row guard: ptxas wraps a
+// guarded one, even a predicated `red`, in its own divergent branch (BSSY, BRA, BSYNC).
 template <int D, class Tr, class T>
 __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const SeqInfo& si, int hq, int64_t i0, const T* sdSt,
                                      const T* sK, int warp, int lane) {
@@ -191,12 +193,13 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Seq
   for (int ks = 0; ks < Bc / kMmaRows; ++ks)
     ldmatrix_x4_trans(ads[ks], sdSt + (ks * kMmaRows + lane % 8 + 8 * (lane / 16)) * PL::kStride +
                                    qslab * kMmaRows + 8 * ((lane / 8) % 2));
-  // This thread's two dQ rows (g and g + 8 of the warp's 16): one address each per query block,
-  // every reduction of the row at an immediate offset from it.
+  // This thread's two dQ rows (g and g + 8 of the warp's 16), or the sink for a row past the
+  // sequence: one address each per query block, every reduction of the row at an immediate offset.
   const int64_t row = i0 + qslab * kMmaRows + g;
   float* const dq_row = p.dq_accum + ((si.batch * p.q_seq + si.q_start + row) * p.heads_q + hq) * D + qcol0 + 2 * t;
-  float* const dq_rows[2] = {dq_row, dq_row + 8 * static_cast<int64_t>(p.heads_q) * D};
-  const bool row_in[2] = {row < si.mask.seqlen_q, row + 8 < si.mask.seqlen_q};
+  float* const sink = p.dq_sink + qcol0 + 2 * t;
+  float* const dq_rows[2] = {row < si.mask.seqlen_q ? dq_row : sink,
+                             row + 8 < si.mask.seqlen_q ? dq_row + 8 * static_cast<int64_t>(p.heads_q) * D : sink};
 #pragma unroll
   for (int nd = 0; nd < Tr::kQCols / kMmaCols; nd += 2) {
     float acc[2][4] = {};
@@ -210,8 +213,7 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Seq
     }
 #pragma unroll
     for (int e = 0; e < 8; e += 2)  // the C fragment's pairs of adjacent columns (scaled in dq_convert)
-      if (row_in[(e % 4) / 2])
-        atomic_add_pair(dq_rows[(e % 4) / 2] + (nd + e / 4) * kMmaCols, acc[e / 4][e % 4], acc[e / 4][e % 4 + 1]);
+      atomic_add_pair(dq_rows[(e % 4) / 2] + (nd + e / 4) * kMmaCols, acc[e / 4][e % 4], acc[e / 4][e % 4 + 1]);
   }
 }
 

@@ -268,10 +268,12 @@ inline Sm90ForwardParams sm90_forward_params(const ForwardParams& p, const Sm90M
   return sp;
 }
 
-// Returns the element count of the D scratch (laid out like lse) and of the fp32 dQ accumulator.
+// Returns the element count of the D scratch (laid out like lse) and of the fp32 dQ accumulator:
+// its rows [B or 1, q_seq, heads_q, dim], then one sink row of dim floats (BackwardParams::dq_sink).
 inline size_t dot_count(const AttentionArgs& a) { return static_cast<size_t>(a.q.batch * a.q.heads * a.q.seq); }
-inline size_t dq_accum_count(const AttentionArgs& a) {
+inline size_t dq_accum_rows_count(const AttentionArgs& a) {
   return static_cast<size_t>(a.q.batch * a.q.seq * a.q.heads * a.q.dim);
 }
+inline size_t dq_accum_count(const AttentionArgs& a) { return dq_accum_rows_count(a) + static_cast<size_t>(a.q.dim); }
 
 }  // namespace flashattn::gpu::detail

@@ -111,6 +111,9 @@ struct BackwardParams : CommonParams {
   // P = exp2(s − lse2) is 0 there with no test: written by dot_kernel, read by the dK/dV kernel
   float* lse2 = nullptr;
   float* dq_accum = nullptr;  // scratch fp32 dQ [B or 1, q_seq, heads_q, dim] contiguous, or null
+  // scratch row of dim floats after dq_accum (dq_accum_count's last row), never read: the dK/dV
+  // kernel's reductions for query rows past a sequence go there instead of behind a row guard
+  float* dq_sink = nullptr;
   float* dsinks = nullptr;    // [heads_q] or null (needs sinks)
   // d loss / d bias with bias's sizes (its own strides and dtype), or null data.
   View dbias;

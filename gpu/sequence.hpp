@@ -135,6 +135,7 @@ void backward_sequence(L& l, const BackwardArgs& a, const Extents& e, bool deter
   p.dot = dot.get();
   p.lse2 = p.dot + dot_count(a);
   p.dq_accum = dq_accum.get();
+  p.dq_sink = p.dq_accum ? p.dq_accum + dq_accum_rows_count(a) : nullptr;
   if (p.dq_accum) l.zero(p.dq_accum, dq_accum_count(a));
   l.template dispatch<true>(a.q.dim, a.v.dim, a.q.dtype, [&](auto d, auto dv, auto tag) {
     constexpr int D = decltype(d)::value, DV = decltype(dv)::value;
