@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(BackwardTraits<D, DV, kExtras>::kThreads)
   cp_async_commit();
 
   float acc_dk[kColTiles][4] = {}, acc_dv[kVColTiles][4] = {};
-  // This thread's keys: 32-bit in the 8-warp kernels (d = 96/128; a sequence has fewer than 2^31
+  // This thread's keys: 32-bit in the kWide kernels (d = 96/128; a sequence has fewer than 2^31
   // keys), whose whole-d dK/dV accumulators leave no room for 64-bit ones (they spilled 16 B at
   // d = 128); elsewhere 64-bit kept fewer instructions and registers.
   using Key = std::conditional_t<Tr::kWide, int, int64_t>;

@@ -82,7 +82,8 @@ constexpr ForwardShape forward_shape(bool extras) {
 // exchange Pᵀ∘Z and dSᵀ through shared memory ([key][query], rounded to T as they enter the tensor
 // cores), instead of each warp recomputing the slab's whole Sᵀ and dPᵀ; 8 warps hold 64 keys.
 // Otherwise one warp holds all kBr query columns (kSplit 1: Pᵀ and dSᵀ stay in registers; d = 256:
-// every split warp recomputes them) and only dSᵀ goes to shared memory, for the dQ step.
+// every split warp recomputes them; 8 warps hold 32 keys) and only dSᵀ goes to shared memory,
+// for the dQ step.
 //
 // Query blocks of 64 rows up to d = 128 (32 above): the Q and dO fragments a warp reads for Sᵀ and
 // dPᵀ then serve twice the HMMAs per key fragment, and the dQ step gives each warp 16 rows and
@@ -94,10 +95,12 @@ struct BackwardTraits {
   static constexpr bool kWide = D <= 128 && DV <= 128 && (D > 64 || DV > 64);  // d = 96, 128
   static constexpr int kSplit = D <= 64 && DV <= 64 ? 1 : kWide ? (kExtras ? 2 : 1) : 4;
   // Warps per block: 8 at d = 96/128 (128 keys, one warp per slab, without the options' code; 64
-  // keys, two warps per slab, with it); 4 elsewhere. (d = 32/64 with 8 warps and 128 keys ran 1-3 %
-  // slower on the H100: one 8-warp block per SM stalls all its warps at each barrier, where two
-  // 4-warp blocks cover each other's; that cost 17 %, halving the dQ reductions bought back 14 %.)
-  static constexpr int kBlockWarps = kWide ? 2 * kWarps : kWarps;
+  // keys, two warps per slab, with it) and above d = 128 (32 keys, four warps per slab: 16 keys
+  // per block left the atomic dQ, one reduction of the block's query rows per 16 keys, the model's
+  // binding term); 4 at d = 32/64. (d = 32/64 with 8 warps and 128 keys ran 1-3 % slower on the
+  // H100: one 8-warp block per SM stalls all its warps at each barrier, where two 4-warp blocks
+  // cover each other's; that cost 17 %, halving the dQ reductions bought back 14 %.)
+  static constexpr int kBlockWarps = kWide || kSplit == 4 ? 2 * kWarps : kWarps;
   static constexpr int kThreads = kBlockWarps * kWarpSize;
   static constexpr int kBc = kBlockWarps / kSplit * kMmaRows;
   static constexpr int kBr = D <= 128 && DV <= 128 ? 64 : 32;
