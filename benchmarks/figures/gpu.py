@@ -107,11 +107,12 @@ def gpu_speed():
 
 def ncu_metrics(run, name="ncu.txt"):
     """{kernel: {metric: value}} of an Nsight Compute report (first profile of each kernel; the
-    values of the metrics used here: instructions, cycles per issue, tensor pipe %, L2 %, registers,
-    duration in ms)."""
+    values of the metrics used here and by scripts/gpu-model --calibrate: instructions, cycles per
+    issue, tensor pipe %, L2 %, registers, duration in ms, elapsed cycles, achieved warps per SM)."""
     wanted = {"Executed Instructions": "instructions", "Warp Cycles Per Issued Instruction": "cpi",
               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor",
-              "L2 Cache Throughput": "l2", "Registers Per Thread": "registers", "Duration": "duration"}
+              "L2 Cache Throughput": "l2", "Registers Per Thread": "registers", "Duration": "duration",
+              "Elapsed Cycles": "cycles", "Achieved Active Warps Per SM": "warps"}
     out, kernel = {}, None
     for line in read(f"{run}/{name}").splitlines():
         m = re.match(r"\s+void ([\w:]+?)(?:<|\()", line)
