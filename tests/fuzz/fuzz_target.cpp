@@ -13,10 +13,12 @@
 // validate() cannot know how large the caller's buffers are, so when it accepts a case the harness
 // itself checks that every view lies inside one of its buffers (and that the problem is small enough
 // to finish quickly) before calling a backend; cases that fail this are skipped.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -158,16 +160,22 @@ Snapshot snapshot(const FuzzCase& c) {
 }
 
 // Marks, per buffer, the bytes an output view (or lse) of this call may write.
-std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
-  std::vector<std::vector<bool>> w;
+// The bytes a call may write, as ranges of the snapshot's arrays (snapshot() order: the buffers, then
+// the side arrays). Kept as ranges so that poisoning and checking are memset/memcpy/memcmp: byte
+// loops here ran a coverage callback per byte under the fuzzer.
+struct Range {
+  size_t index, offset, bytes;
+};
+using Writable = std::vector<Range>;
+
+Writable writable_bytes(const FuzzCase& c) {
+  Writable w;
   const std::vector<const Buffer*> buffers = all_buffers(c);
-  for (const Buffer* b : buffers) w.emplace_back(b->size, false);
   auto mark = [&](const void* p, int64_t bytes) {
     const auto x = reinterpret_cast<uintptr_t>(p);
     for (size_t i = 0; i < buffers.size(); ++i) {
       const auto lo = reinterpret_cast<uintptr_t>(buffers[i]->begin());
-      if (x >= lo && x + bytes <= lo + buffers[i]->size)
-        for (int64_t k = 0; k < bytes; ++k) w[i][x - lo + k] = true;
+      if (x >= lo && x + bytes <= lo + buffers[i]->size) w.push_back({i, x - lo, static_cast<size_t>(bytes)});
     }
   };
   auto mark_view = [&](const Tensor& t) {
@@ -179,14 +187,10 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
           mark(static_cast<const unsigned char*>(t.data) + t.offset(b, s, h) * es, t.dim * es);
   };
   const CallFields& a = c.args;
-  // The side arrays, in snapshot order: only dsinks is an output (when the call writes it there).
-  for (const int64_t bytes : {c.cu_q.count * 4, c.cu_k.count * 4, c.seqlens_k.count * 4, c.alibi.count * 4,
-                              c.sinks.count * 4, c.block_table.count * 4})
-    w.emplace_back(static_cast<size_t>(bytes), false);
-  w.emplace_back(static_cast<size_t>(c.dsinks.count * 4), c.backward && a.dsinks == c.dsinks.data.get());
-  for (const int64_t n : {c.full_count.count, c.full_index.count, c.partial_count.count, c.partial_index.count,
-                          c.k_scales.count, c.v_scales.count})
-    w.emplace_back(static_cast<size_t>(n * 4), false);
+  // Of the side arrays only dsinks (the seventh, after cu_q, cu_k, seqlens_k, alibi, sinks and the
+  // block table) is an output, when the call writes it there.
+  if (c.backward && a.dsinks == c.dsinks.data.get())
+    w.push_back({buffers.size() + 6, 0, static_cast<size_t>(c.dsinks.count * 4)});
   if (c.backward) {
     mark_view(a.dq);
     mark_view(a.dk);
@@ -200,22 +204,22 @@ std::vector<std::vector<bool>> writable_bytes(const FuzzCase& c) {
   return w;
 }
 
-void poison_outputs(const FuzzCase& c, const std::vector<std::vector<bool>>& writable) {
+void poison_outputs(const FuzzCase& c, const Writable& writable) {
   const std::vector<const Buffer*> buffers = all_buffers(c);
-  for (size_t i = 0; i < buffers.size(); ++i)
-    for (size_t k = 0; k < buffers[i]->size; ++k)
-      if (writable[i][k]) buffers[i]->begin()[k] = kPoison;
+  for (const Range& r : writable)
+    if (r.index < buffers.size() && r.bytes > 0) std::memset(buffers[r.index]->begin() + r.offset, kPoison, r.bytes);
 }
 
 // Dies if any byte outside the writable set differs from the snapshot (all bytes when none is).
-void check_untouched(const FuzzCase& c, const Snapshot& before, const std::vector<std::vector<bool>>* writable,
-                     const std::string& who) {
-  const Snapshot after = snapshot(c);
+void check_untouched(const FuzzCase& c, const Snapshot& before, const Writable* writable, const std::string& who) {
+  Snapshot after = snapshot(c);
+  if (writable)  // the bytes the call may write compare equal by construction
+    for (const Range& r : *writable)
+      if (r.bytes > 0) std::memcpy(after[r.index].data() + r.offset, before[r.index].data() + r.offset, r.bytes);
   for (size_t i = 0; i < after.size(); ++i)
-    for (size_t k = 0; k < after[i].size(); ++k) {
-      const bool may_write = writable && i < writable->size() && (*writable)[i][k];
-      if (!may_write && after[i][k] != before[i][k])
-        die(c, who + " changed byte " + std::to_string(k) + " of buffer " + std::to_string(i) + " outside its outputs");
+    if (after[i] != before[i]) {
+      const size_t k = static_cast<size_t>(std::mismatch(after[i].begin(), after[i].end(), before[i].begin()).first - after[i].begin());
+      die(c, who + " changed byte " + std::to_string(k) + " of buffer " + std::to_string(i) + " outside its outputs");
     }
 }
 
