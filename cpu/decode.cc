@@ -190,8 +190,9 @@ HWY_INLINE void MulAdd4x2(V x0, V x1, V x2, V x3, V u, V v, V& a0, V& b0, V& a1,
 }
 
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad
-// elements, read as fp32 by LoadInPlace; quantized codes with their scales kscale[j]), four rows
-// at a time so each key vector is loaded once per four dot products.
+// elements, read as fp32 by LoadInPlace; for quantized codes the sum over their values times the
+// row's scale kscale[j], one multiply per dot product), four rows at a time so each key vector is
+// loaded once per four dot products.
 template <class D, class TK>
 HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HWY_RESTRICT krow,
                            const float* HWY_RESTRICT kscale, int64_t dpad, int64_t R, int64_t nk, float* HWY_RESTRICT s,
@@ -205,12 +206,11 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
       pf.Step();
       const TK* k0 = krow[j];
       const TK* k1 = krow[j + 1];
-      const auto s0 = RowScale<TK>(d, kscale, j), s1 = RowScale<TK>(d, kscale, j + 1);
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
       const auto products = [&](int64_t x0_, int64_t x1_) {
         for (int64_t x = x0_; x < x1_; x += L) {
-          const auto ka = LoadInPlace(d, k0 + x, s0), kb = LoadInPlace(d, k1 + x, s1);
+          const auto ka = LoadInPlace(d, k0 + x), kb = LoadInPlace(d, k1 + x);
           const auto x0 = hn::Load(d, q0 + x), x1 = hn::Load(d, q0 + dpad + x);
           const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
           MulAdd4x2(x0, x1, x2, x3, ka, kb, a0, b0, a1, b1, a2, b2, a3, b3);
@@ -223,31 +223,30 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
       pf.Step();
       products(half, dpad);
       float* sj = s + r * kpad + j;
-      sj[0] = hn::GetLane(hn::SumOfLanes(d, a0));
-      sj[1] = hn::GetLane(hn::SumOfLanes(d, b0));
-      sj[kpad] = hn::GetLane(hn::SumOfLanes(d, a1));
-      sj[kpad + 1] = hn::GetLane(hn::SumOfLanes(d, b1));
-      sj[2 * kpad] = hn::GetLane(hn::SumOfLanes(d, a2));
-      sj[2 * kpad + 1] = hn::GetLane(hn::SumOfLanes(d, b2));
-      sj[3 * kpad] = hn::GetLane(hn::SumOfLanes(d, a3));
-      sj[3 * kpad + 1] = hn::GetLane(hn::SumOfLanes(d, b3));
+      sj[0] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a0)), kscale, j);
+      sj[1] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, b0)), kscale, j + 1);
+      sj[kpad] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a1)), kscale, j);
+      sj[kpad + 1] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, b1)), kscale, j + 1);
+      sj[2 * kpad] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a2)), kscale, j);
+      sj[2 * kpad + 1] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, b2)), kscale, j + 1);
+      sj[3 * kpad] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a3)), kscale, j);
+      sj[3 * kpad + 1] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, b3)), kscale, j + 1);
     }
     for (; j < nk; ++j) {
       pf.Step();
       const TK* k = krow[j];
-      const auto sk = RowScale<TK>(d, kscale, j);
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t x = 0; x < dpad; x += L) {
-        const auto kv = LoadInPlace(d, k + x, sk);
+        const auto kv = LoadInPlace(d, k + x);
         a0 = hn::MulAdd(hn::Load(d, q0 + x), kv, a0);
         a1 = hn::MulAdd(hn::Load(d, q0 + dpad + x), kv, a1);
         a2 = hn::MulAdd(hn::Load(d, q0 + 2 * dpad + x), kv, a2);
         a3 = hn::MulAdd(hn::Load(d, q0 + 3 * dpad + x), kv, a3);
       }
-      s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a0));
-      s[(r + 1) * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a1));
-      s[(r + 2) * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a2));
-      s[(r + 3) * kpad + j] = hn::GetLane(hn::SumOfLanes(d, a3));
+      s[r * kpad + j] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a0)), kscale, j);
+      s[(r + 1) * kpad + j] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a1)), kscale, j);
+      s[(r + 2) * kpad + j] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a2)), kscale, j);
+      s[(r + 3) * kpad + j] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, a3)), kscale, j);
     }
   }
   for (; r < R; ++r) {
@@ -255,10 +254,9 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
     for (int64_t j = 0; j < nk; ++j) {
       pf.Step();
       const TK* k = krow[j];
-      const auto sk = RowScale<TK>(d, kscale, j);
       auto acc = hn::Zero(d);
-      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), LoadInPlace(d, k + x, sk), acc);
-      s[r * kpad + j] = hn::GetLane(hn::SumOfLanes(d, acc));
+      for (int64_t x = 0; x < dpad; x += L) acc = hn::MulAdd(hn::Load(d, qr + x), LoadInPlace(d, k + x), acc);
+      s[r * kpad + j] = Scaled<TK>(hn::GetLane(hn::SumOfLanes(d, acc)), kscale, j);
     }
   }
 }
@@ -394,15 +392,31 @@ float RowSoftmaxExact(DD dd, const double* HWY_RESTRICT sd, float* HWY_RESTRICT 
   return alpha;
 }
 
+// p_r[j] ·= scale[j] for rows [0, n) (kpad apart) and keys [j0, j1): the scales of quantized value
+// rows read in place, applied once per probability (after the row sums, which add the unscaled P)
+// instead of once per vector of the row in RowsAxpy.
+template <class D>
+void ScaleProbabilities(D d, float* HWY_RESTRICT p, int64_t kpad, int64_t n, const float* HWY_RESTRICT scale,
+                        int64_t j0, int64_t j1) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t r = 0; r < n; ++r) {
+    float* pr = p + r * kpad;
+    int64_t j = j0;
+    for (; j + L <= j1; j += L) hn::StoreU(hn::Mul(hn::LoadU(d, pr + j), hn::LoadU(d, scale + j)), d, pr + j);
+    for (; j < j1; ++j) pr[j] *= scale[j];
+  }
+}
+
 // o_r = o_r·alpha_r + Σ_j p_r[j] · v_j for keys j in [j0, j1) of the tile, for `n` (1..4) rows
 // starting at r that share the key interval: the sum starts from zero and reaches o_r by one fused
 // multiply-add, so o_r rounds once per tile at its own size, not once per key (as the general
 // forward's GemmRescaled). Each value vector is loaded once for the n rows, and four rows run two
 // vectors of the head dim per pass over the keys, so each p_r[j] broadcast serves two FMAs. Value
-// rows are read by LoadInPlace (quantized codes with their scales vscale[j]).
+// rows are read by LoadInPlace (quantized codes: their values, the rows' scales already in p,
+// ScaleProbabilities).
 template <class D, class TV>
 HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const TV* const* HWY_RESTRICT vrow,
-                           const float* HWY_RESTRICT vscale, int64_t dvpad, float* HWY_RESTRICT o,
+                           int64_t dvpad, float* HWY_RESTRICT o,
                            const float* HWY_RESTRICT alpha, int64_t n, int64_t j0, int64_t j1) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   // Returns o·alpha + acc for the vector at o.
@@ -418,8 +432,7 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
       auto a0 = hn::Zero(d), b0 = hn::Zero(d), a1 = hn::Zero(d), b1 = hn::Zero(d);
       auto a2 = hn::Zero(d), b2 = hn::Zero(d), a3 = hn::Zero(d), b3 = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto sv = RowScale<TV>(d, vscale, j);
-        const auto va = LoadInPlace(d, vrow[j] + x, sv), vb = LoadInPlace(d, vrow[j] + x + L, sv);
+        const auto va = LoadInPlace(d, vrow[j] + x), vb = LoadInPlace(d, vrow[j] + x + L);
         const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
         MulAdd4x2(q0, q1, q2, q3, va, vb, a0, b0, a1, b1, a2, b2, a3, b3);
       }
@@ -435,7 +448,7 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     for (; x < dvpad; x += L) {
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
-        const auto v = LoadInPlace(d, vrow[j] + x, RowScale<TV>(d, vscale, j));
+        const auto v = LoadInPlace(d, vrow[j] + x);
         a0 = hn::MulAdd(hn::Set(d, p0[j]), v, a0);
         a1 = hn::MulAdd(hn::Set(d, p1[j]), v, a1);
         a2 = hn::MulAdd(hn::Set(d, p2[j]), v, a2);
@@ -454,7 +467,7 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     for (int64_t x = 0; x < dvpad; x += L) {
       auto acc = hn::Zero(d);
       for (int64_t j = j0; j < j1; ++j) {
-        acc = hn::MulAdd(hn::Set(d, pr[j]), LoadInPlace(d, vrow[j] + x, RowScale<TV>(d, vscale, j)), acc);
+        acc = hn::MulAdd(hn::Set(d, pr[j]), LoadInPlace(d, vrow[j] + x), acc);
       }
       hn::Store(finish(orow + x, alpha[t], acc), d, orow + x);
     }
@@ -510,9 +523,11 @@ float KeyRowNorm(const float* HWY_RESTRICT s, int64_t n, float* HWY_RESTRICT dst
 //
 // Quantized rows: with `codes` (DecodeItem: the target dequantizes the dtype in registers, rows are
 // whole vectors, scores are fp32) each head's rows are read where they live and their scales times
-// DequantizeScaleFactor go to w.kscale / w.vscale (w.coded[t] set); a head whose tile holds a scale
-// that factor makes infinite or an e4m3 NaN code (which LoadDequantized does not decode) is
-// dequantized into the tiles instead, as without `codes`. Either way its rows hold the same values.
+// DequantizeScaleFactor go to w.kscale / w.vscale (w.coded[t] set), applied to each dot product
+// and probability (TileDots, ScaleProbabilities); a head whose tile holds a scale that would make
+// some dequantized value infinite (ScaledCodesUsable) or an e4m3 NaN code (which LoadCodes does not
+// decode) is dequantized into the tiles instead, as without `codes`. Either way the tile computes
+// with the same values, up to rounding.
 void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh, int64_t c0, int64_t c1,
               const DecodePlan& dp, DecodeScratch& w, float* knorm, bool codes) {
   const int64_t dim = a.k.dim, dv = a.v.dim;
@@ -543,11 +558,11 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
   };
   if (quantized && codes) {
     const DType qt = a.k.dtype;
-    const float factor = DequantizeScaleFactor(qt);
+    const float factor = DequantizeScaleFactor(qt), largest = MaxCodeMagnitude(qt);
     const ScaleGranularity g = a.kv_scales.granularity;
     const int64_t scale_step = g == ScaleGranularity::tensor ? 0 : 1;  // between the heads of a key
     // Points the tile rows of key j (column col) of every head at their codes in x (K or V, scales
-    // `scales`) and keeps their scales; a row LoadDequantized cannot read sends its head's tile to
+    // `scales`) and keeps their scales; a row LoadCodes cannot read sends its head's tile to
     // the copy.
     const auto point = [&](const ConstTensor& x, const float* scales, const KeyRow& at, int64_t col, const void** rows,
                            float* rscale) {
@@ -559,7 +574,7 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
         rows[t * dp.block_k + col] = at_codes;
         rscale[t * dp.block_k + col] = scale * factor;
         const bool nan = qt == DType::e4m3 && HasE4M3NaN(reinterpret_cast<const uint8_t*>(at_codes), x.dim);
-        if (nan || !ScaledCodesUsable(qt, scale)) w.coded[t] = false;
+        if (nan || !ScaledCodesUsable(scale, largest)) w.coded[t] = false;
       }
     };
     for (int64_t t = 0; t < nh; ++t) w.coded[t] = true;
@@ -766,7 +781,8 @@ void HeadTile(const ForwardArgs& a, const Plan& p, const DecodePlan& dp, DecodeS
     const float* pr = w.s + r * kpad;
     float* o = hp.o + r * dp.dvpad;
     if (j0 < j1) {
-      WithRows(vt, hp.vrow, [&](auto vrow) { RowsAxpy(d, pr, kpad, vrow, hp.vscale, dp.dvpad, o, w.alpha + r, n4, j0, j1); });
+      if (is_quantized(vt)) ScaleProbabilities(d, w.s + r * kpad, kpad, n4, hp.vscale, j0, j1);
+      WithRows(vt, hp.vrow, [&](auto vrow) { RowsAxpy(d, pr, kpad, vrow, dp.dvpad, o, w.alpha + r, n4, j0, j1); });
     }
     r += n4;
   }

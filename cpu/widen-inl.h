@@ -55,7 +55,7 @@ struct E5M2Bits {
   uint8_t bits;
 };
 
-// Whether this target dequantizes rows of quantized dtype t in registers (LoadDequantized): i8 on
+// Whether this target decodes rows of quantized dtype t in registers (LoadCodes): i8 on
 // every vector target; e4m3 and e5m2 through f16 where f16 widens in vectors (WidensInVectors).
 inline bool DequantizesInVectors(DType t) {
 #if HWY_TARGET == HWY_SCALAR
@@ -66,16 +66,31 @@ inline bool DequantizesInVectors(DType t) {
 #endif
 }
 
-// The factor LoadDequantized's scale carries besides the row's scale: e4m3 codes are decoded as
-// f16 values 2^-8 times their own (below), so their scale is multiplied by 2^8 (exactly, or to
-// infinity, which the caller must not use: ScaledCodesUsable).
+// The factor a row's scale carries besides its own when the row is read in place (LoadCodes): e4m3
+// codes are decoded as f16 values 2^-8 times their own (below), so their scale is multiplied by 2^8
+// (exactly, or to infinity, which the caller must not use: ScaledCodesUsable).
 inline float DequantizeScaleFactor(DType t) { return t == DType::e4m3 ? 256.0f : 1.0f; }
 
-// Whether a row scale `s` (finite, > 0) times DequantizeScaleFactor(t) is finite, so that
-// LoadDequantized reproduces fl32(decode · s).
-inline bool ScaledCodesUsable(DType t, float s) { return std::isfinite(s * DequantizeScaleFactor(t)); }
+// The largest magnitude of a finite decoded value of quantized dtype t.
+inline float MaxCodeMagnitude(DType t) {
+  switch (t) {
+    case DType::e4m3:
+      return 448.0f;
+    case DType::e5m2:
+      return 57344.0f;
+    default:
+      return 128.0f;  // i8
+  }
+}
 
-// Whether the n e4m3 codes at p hold a NaN (S.1111.111), which LoadDequantized does not decode.
+// Whether rows of a quantized dtype whose largest decoded magnitude is `largest` (MaxCodeMagnitude)
+// with scale `s` (finite, > 0) may be read in place (LoadCodes), their scale applied to each
+// finished dot product and probability instead of to each element: that computes the products of
+// the dequantized values fl32(decode · s) up to rounding, provided no decode · s overflows (the
+// dequantized copy would hold an infinity there); s times DequantizeScaleFactor is then finite too.
+inline bool ScaledCodesUsable(float s, float largest) { return std::isfinite(s * largest); }
+
+// Whether the n e4m3 codes at p hold a NaN (S.1111.111), which LoadCodes does not decode.
 inline bool HasE4M3NaN(const uint8_t* HWY_RESTRICT p, int64_t n) {
   int64_t x = 0;
 #if HWY_TARGET != HWY_SCALAR
@@ -92,57 +107,55 @@ inline bool HasE4M3NaN(const uint8_t* HWY_RESTRICT p, int64_t n) {
   return false;
 }
 
-// Returns fl32(decode(code) · s) for the Lanes(d) codes at p, given `scale` = s ·
-// DequantizeScaleFactor (docs/semantics.md, "Quantized K/V"): bit for bit DequantizeRow's values.
-// i8 converts exactly to fp32; an e5m2 code is the top byte of the f16 of the same value; an e4m3
-// code S.EEEE.MMM shifted to S.0EEEE.MMM0000000 is the f16 of its value times 2^-8 (subnormals
-// too), which the scale's 2^8 undoes exactly, so each lane's product rounds once, as the
-// definition's. NaN e4m3 codes are not decoded (HasE4M3NaN).
+// Returns decode(code) / DequantizeScaleFactor for the Lanes(d) codes at p, exactly (docs/semantics.md,
+// "Quantized K/V"): i8 converts exactly to fp32; an e5m2 code is the top byte of the f16 of the
+// same value; an e4m3 code S.EEEE.MMM shifted to S.0EEEE.MMM0000000 is the f16 of its value times
+// 2^-8 (subnormals too), which the scale's factor 2^8 undoes exactly. NaN e4m3 codes are not decoded
+// (HasE4M3NaN). The row's scale is applied by the caller: once per dot product or probability.
 template <class D>
-HWY_INLINE hn::Vec<D> LoadDequantized(D d, const int8_t* HWY_RESTRICT p, hn::Vec<D> scale) {
+HWY_INLINE hn::Vec<D> LoadCodes(D d, const int8_t* HWY_RESTRICT p) {
   const hn::RebindToSigned<D> di;
-  return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), p))), scale);
+  return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), p)));
 }
 template <class D>
-HWY_INLINE hn::Vec<D> LoadDequantized(D d, const E5M2Bits* HWY_RESTRICT p, hn::Vec<D> scale) {
+HWY_INLINE hn::Vec<D> LoadCodes(D d, const E5M2Bits* HWY_RESTRICT p) {
   const hn::Rebind<uint16_t, D> d16;
   const auto bits = hn::ShiftLeft<8>(hn::PromoteTo(d16, hn::LoadU(hn::Rebind<uint8_t, D>(), reinterpret_cast<const uint8_t*>(p))));
-  return hn::Mul(hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits)), scale);
+  return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits));
 }
 template <class D>
-HWY_INLINE hn::Vec<D> LoadDequantized(D d, const E4M3Bits* HWY_RESTRICT p, hn::Vec<D> scale) {
+HWY_INLINE hn::Vec<D> LoadCodes(D d, const E4M3Bits* HWY_RESTRICT p) {
   const hn::Rebind<uint16_t, D> d16;
   const auto t = hn::ShiftLeft<7>(hn::PromoteTo(d16, hn::LoadU(hn::Rebind<uint8_t, D>(), reinterpret_cast<const uint8_t*>(p))));
   const auto bits = hn::Add(t, hn::And(t, hn::Set(d16, 0x4000)));  // the sign from bit 14 to bit 15
-  return hn::Mul(hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits)), scale);
+  return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), bits));
 }
 
-// Whether rows of element type T are quantized codes (LoadDequantized).
+// Whether rows of element type T are quantized codes (LoadCodes).
 template <class T>
 inline constexpr bool kCodeRow = std::is_same_v<T, int8_t> || std::is_same_v<T, E4M3Bits> || std::is_same_v<T, E5M2Bits>;
 
 // Returns the Lanes(d) elements at p of a row read where it lives as fp32: LoadWide, or for
-// quantized codes LoadDequantized with the row's `scale` (ignored otherwise).
+// quantized codes LoadCodes (their values without the row's scale).
 template <class D, class T>
-HWY_INLINE hn::Vec<D> LoadInPlace(D d, const T* HWY_RESTRICT p, hn::Vec<D> scale) {
+HWY_INLINE hn::Vec<D> LoadInPlace(D d, const T* HWY_RESTRICT p) {
   if constexpr (kCodeRow<T>) {
-    return LoadDequantized(d, p, scale);
+    return LoadCodes(d, p);
   } else {
-    static_cast<void>(scale);
     return LoadWide(d, p);
   }
 }
 
-// The scale vector LoadInPlace takes for row j of rows of type T: scales[j] for quantized codes
-// (scales is not read otherwise).
-template <class T, class D>
-HWY_INLINE hn::Vec<D> RowScale(D d, const float* HWY_RESTRICT scales, int64_t j) {
+// x times row j's scale for rows of type T read in place: scales[j] for quantized codes (their
+// scale times DequantizeScaleFactor), x itself otherwise (scales is not read).
+template <class T>
+HWY_INLINE float Scaled(float x, const float* HWY_RESTRICT scales, int64_t j) {
   if constexpr (kCodeRow<T>) {
-    return hn::Set(d, scales[j]);
+    return x * scales[j];
   } else {
     static_cast<void>(scales);
     static_cast<void>(j);
-    return hn::Zero(d);
+    return x;
   }
 }
 

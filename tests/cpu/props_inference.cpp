@@ -73,6 +73,27 @@ TEST_CASE("cpu quantized K/V forward: int8, e4m3, e5m2 with every scale granular
   }, kCases);
 }
 
+// The shared generator's head dims (1, 3, 8, 16, 33) and dtypes reach the decode path's rows read in
+// place (whole vectors, 16-bit q: fp32 scores) in a few cases per hundred; here every case does, with
+// four or more query rows per key head so the pairs of keys and the four-row blocks of the dot
+// products and axpys run (the scales applied per dot product and per probability).
+TEST_CASE("cpu quantized K/V decode: rows read in place, four-row blocks, every scale granularity, agree with the oracle") {
+  props::check("cpu/quantized-decode-in-place", [] {
+    props::QuantizedSpec s = *props::gen_quantized();
+    s.dim = *rc::gen::element<int64_t>(16, 32, 64);
+    s.dim_v = *rc::gen::elementOf(std::vector<int64_t>{s.dim, 16});
+    s.dtype = *rc::gen::element(flashattn::DType::bf16, flashattn::DType::f16);
+    s.group = *rc::gen::element<int64_t>(2, 4, 8);
+    s.seqlen_q = *rc::gen::element<int64_t>(1, 2);
+    props::QuantizedProblem p(s);
+    for (const auto& [name, c] : configs()) {
+      const std::string failure =
+          props::check_quantized_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
+      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
+    }
+  }, kCases);
+}
+
 // The rule allows two fp32 roundings of every score at the size of its terms (docs/semantics.md,
 // "How the tests judge a backend"): the decode path's dot products round a product per lane, then
 // sum across the lanes. On these heavy-tailed e5m2 keys (raw codes: one product holds each score)

@@ -172,8 +172,8 @@ TEST_CASE("quantized: the CPU dequantizes every 8-bit pattern exactly, on every 
       if (!nan_codes && t != DType::e4m3) continue;
       std::vector<uint8_t> vrow(dv);
       for (int64_t x = 0; x < dv; ++x) {
-        const uint8_t code = static_cast<uint8_t>(x);
-        const bool nan = std::isnan(flashattn::load_as_float(&code, t, 0));
+        const uint8_t code[4] = {static_cast<uint8_t>(x), 0, 0, 0};  // a float's room, as above
+        const bool nan = std::isnan(flashattn::load_as_float(code, t, 0));
         vrow[x] = nan && !nan_codes ? 0 : static_cast<uint8_t>(x);
       }
       for (const auto& target : flashattn::cpu::targets()) {
@@ -251,6 +251,54 @@ TEST_CASE("quantized: the CPU decode path dequantizes key rows exactly, in place
               CHECK(lse[0] == want);
           }
         }
+      }
+    }
+  }
+}
+
+
+TEST_CASE("quantized: a scale that overflows a dequantized value is not applied per dot product") {
+  // Read in place, a quantized key row's scale multiplies its finished dot product, which stays
+  // finite where the definition's element fl32(decode · scale) is infinite; the decode path must then
+  // take the dequantized copy. One query row over two keys: key 0 is the largest code times a scale
+  // that overflows it (but not the e4m3 factor 2^8 that in-place reading folds into it), key 1 a
+  // small code; the CPU's out and lse on every target must match the oracle's (NaN where it is NaN).
+  constexpr int64_t d = 16, nk = 2;
+  struct Case {
+    DType t;
+    uint8_t big, small;  // the largest finite code, and a code of value 1
+    float scale;         // big's value times it overflows fp32
+  };
+  const Case cases[] = {{DType::i8, 127, 1, 3e36f}, {DType::e4m3, 0x7e, 0x38, 1e36f}, {DType::e5m2, 0x7b, 0x3c, 1e34f}};
+  for (const Case& k : cases) {
+    std::vector<uint8_t> krow(nk * d), vrow(nk * d, k.small);
+    std::fill(krow.begin(), krow.begin() + d, k.big);
+    std::fill(krow.begin() + d, krow.end(), k.small);
+    std::vector<float> q(d, 0.01f), ks{k.scale, 1.0f}, vs(nk, 1.0f), out(d), lse(1), want_out(d), want_lse(1);
+    const uint8_t big[4] = {k.big, 0, 0, 0};  // a float's room: load_as_float's other branches read more
+    CHECK(std::isinf(flashattn::dequantize(flashattn::load_as_float(big, k.t, 0), k.scale)));
+    flashattn::ForwardArgs a;
+    a.q = bshd(static_cast<const void*>(q.data()), DType::f32, 1, 1, 1, d);
+    a.k = bshd(static_cast<const void*>(krow.data()), k.t, 1, nk, 1, d);
+    a.v = bshd(static_cast<const void*>(vrow.data()), k.t, 1, nk, 1, d);
+    a.kv_scales = {ks.data(), vs.data(), ScaleGranularity::token};
+    a.out = bshd(static_cast<void*>(want_out.data()), DType::f32, 1, 1, 1, d);
+    a.lse = want_lse.data();
+    flashattn::reference::forward(a);
+    a.out = bshd(static_cast<void*>(out.data()), DType::f32, 1, 1, 1, d);
+    a.lse = lse.data();
+    for (const auto& target : flashattn::cpu::targets()) {
+      CAPTURE(flashattn::dtype_name(k.t));
+      CAPTURE(target.name);
+      flashattn::cpu::Config c;
+      c.target = target.bit;
+      c.scores = flashattn::cpu::ScorePrecision::fp32;  // the in-place path where the target has it
+      flashattn::cpu::forward(a, c);
+      CHECK(std::isnan(lse[0]) == std::isnan(want_lse[0]));
+      if (!std::isnan(want_lse[0])) CHECK(std::fabs(lse[0] - want_lse[0]) <= 1e-6f * (1 + std::fabs(want_lse[0])));
+      for (int64_t x = 0; x < d; ++x) {
+        CHECK(std::isnan(out[x]) == std::isnan(want_out[x]));
+        if (!std::isnan(want_out[x])) CHECK(std::fabs(out[x] - want_out[x]) <= 1e-6f * (1 + std::fabs(want_out[x])));
       }
     }
   }
