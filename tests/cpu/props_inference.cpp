@@ -8,6 +8,7 @@
 //   backward with sinks (dsinks) and dv != d is judged by the tolerance rule;
 //   results are bitwise the same for 1 and 3 threads whatever num_splits is.
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,15 +50,23 @@ std::vector<std::pair<std::string, flashattn::cpu::Config>> configs() {
   return r;
 }
 
+using Forward = std::function<void(const flashattn::ForwardArgs&)>;
+
+// Runs `check` (one of the props::check_*_forward judges of the case) with the CPU forward of every
+// configuration; fails the property naming the configuration and the case (spec `s`).
+template <class Spec, class Check>
+void on_every_config(const Spec& s, const Check& check) {
+  for (const auto& [name, c] : configs()) {
+    const std::string failure = check([&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
+    if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
+  }
+}
+
 TEST_CASE("cpu inference forward: paged, append + rotary, sinks, dv, num_splits agree with the oracle") {
   props::check("cpu/inference-forward", [] {
     const props::InferenceSpec s = *props::gen_inference();
     props::InferenceProblem p(s);
-    for (const auto& [name, c] : configs()) {
-      const std::string failure =
-          props::check_inference_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
-      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
-    }
+    on_every_config(s, [&p](const Forward& f) { return props::check_inference_forward(p, f); });
   }, kCases);
 }
 
@@ -65,11 +74,7 @@ TEST_CASE("cpu quantized K/V forward: int8, e4m3, e5m2 with every scale granular
   props::check("cpu/quantized-forward", [] {
     const props::QuantizedSpec s = *props::gen_quantized();
     props::QuantizedProblem p(s);
-    for (const auto& [name, c] : configs()) {
-      const std::string failure =
-          props::check_quantized_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
-      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
-    }
+    on_every_config(s, [&p](const Forward& f) { return props::check_quantized_forward(p, f); });
   }, kCases);
 }
 
@@ -86,11 +91,7 @@ TEST_CASE("cpu quantized K/V decode: rows read in place, four-row blocks, every 
     s.group = *rc::gen::element<int64_t>(2, 4, 8);
     s.seqlen_q = *rc::gen::element<int64_t>(1, 2);
     props::QuantizedProblem p(s);
-    for (const auto& [name, c] : configs()) {
-      const std::string failure =
-          props::check_quantized_forward(p, [&c = c](const flashattn::ForwardArgs& a) { flashattn::cpu::forward(a, c); });
-      if (!failure.empty()) RC_FAIL(name + ": " + failure + " | " + s.describe());
-    }
+    on_every_config(s, [&p](const Forward& f) { return props::check_quantized_forward(p, f); });
   }, kCases);
 }
 
