@@ -552,9 +552,13 @@ void LoadTile(const ForwardArgs& a, const Sequence& seq, int64_t h0, int64_t nh,
     const char* base;
     int64_t step;
   };
+  // The step is used only between the nh heads read: with one head the stride may be anything
+  // (validation bounds a stride only where its dimension has more than one element), and
+  // stride · element size could overflow.
   const auto rows_of = [&](const ConstTensor& x, const KeyRow& at) {
     const int64_t size = static_cast<int64_t>(dtype_size(x.dtype));
-    return HeadRows{static_cast<const char*>(x.data) + x.offset(at.batch, at.row, h0) * size, x.stride_head * size};
+    return HeadRows{static_cast<const char*>(x.data) + x.offset(at.batch, at.row, h0) * size,
+                    nh > 1 ? x.stride_head * size : 0};
   };
   if (quantized && codes) {
     const DType qt = a.k.dtype;

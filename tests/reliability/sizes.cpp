@@ -141,6 +141,31 @@ TEST_CASE("seqlen_k much longer than seqlen_q (decode-like, bottom-right aligned
   check_shape({1, 2, 333, 1, 1, 5, DType::f32}, {}, 43);
 }
 
+#ifdef FLASHATTN_RELIABILITY_CPU
+// A size-1 dimension's stride is never used, so validation leaves it free: the fuzzer (full mode,
+// UBSan) found the CPU decode path multiplying a key/value view's head stride of INT64_MAX by the
+// element size with one key/value head. The call must equal the same call with an ordinary stride.
+TEST_CASE("a key/value head stride of INT64_MAX with one key/value head (decode path)") {
+  const int64_t nq = 1, nk = 40, hq = 4, d = 16;
+  std::vector<float> q(nq * hq * d), k(nk * d), v(nk * d), out(nq * hq * d), want(nq * hq * d), lse(hq), want_lse(hq);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.11f * static_cast<float>(i)), v[i] = std::sin(0.23f * static_cast<float>(i));
+  ForwardArgs a;
+  a.q = bshd(static_cast<const void*>(q.data()), DType::f32, 1, nq, hq, d);
+  a.k = bshd(static_cast<const void*>(k.data()), DType::f32, 1, nk, 1, d);
+  a.v = bshd(static_cast<const void*>(v.data()), DType::f32, 1, nk, 1, d);
+  a.out = bshd(static_cast<void*>(want.data()), DType::f32, 1, nq, hq, d);
+  a.lse = want_lse.data();
+  cpu::forward(a);
+  a.k.stride_head = a.v.stride_head = std::numeric_limits<int64_t>::max();
+  a.out = bshd(static_cast<void*>(out.data()), DType::f32, 1, nq, hq, d);
+  a.lse = lse.data();
+  cpu::forward(a);
+  CHECK(out == want);
+  CHECK(lse == want_lse);
+}
+#endif
+
 TEST_CASE("seqlen_q much longer than seqlen_k: rows above the diagonal see no key") {
   Shape s{1, 400, 3, 2, 1, 8, DType::f32};
   check_shape(s, causal(), 50);
