@@ -159,10 +159,10 @@ Snapshot snapshot(const FuzzCase& c) {
   return s;
 }
 
-// Marks, per buffer, the bytes an output view (or lse) of this call may write.
-// The bytes a call may write, as ranges of the snapshot's arrays (snapshot() order: the buffers, then
-// the side arrays). Kept as ranges so that poisoning and checking are memset/memcpy/memcmp: byte
-// loops here ran a coverage callback per byte under the fuzzer.
+// The bytes an output view (or lse, dsinks) of this call may write, as ranges of the snapshot's
+// arrays (snapshot() order: the buffers, then the side arrays). Kept as ranges so that poisoning and
+// checking are memset/memcpy/memcmp: byte loops here ran a coverage callback per byte under the
+// fuzzer.
 struct Range {
   size_t index, offset, bytes;
 };
