@@ -1,4 +1,5 @@
 // Examples pinning the tolerance rule of compare.hpp (exact inputs, exact expectations).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -70,7 +71,7 @@ namespace {
 // 1e-6 relative change, and generated cases catch it only in some percent of draws.
 const char* const kPlantF32 =
     "b=1 hk=1 g=1 nq=1 nk=2 d=8 dtype=f32 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
-    "varlen_k=- layout=bshd offset=0 values=normal scale=default seed=2";
+    "varlen_k=- layout=bshd offset=0 values=normal scale=default seed=4";
 const char* const kPlantBf16 =
     "b=1 hk=1 g=1 nq=1 nk=2 d=8 dtype=bf16 causal=0 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
     "varlen_k=- layout=bshd offset=0 values=normal scale=default seed=2";
@@ -191,6 +192,32 @@ TEST_CASE("tolerance: out allows two fp32 roundings of every score at the size o
   CHECK(j.find("out")->result.allowance.fp32_terms > 5.0e-6);
   CHECK(j.find("out")->result.allowance.fp32_terms < 7.0e-6);
   CHECK(j.find("lse")->result.allowance.fp32_terms == 0);
+}
+
+TEST_CASE("tolerance: dq and dk allow one fp32 rounding of every score at the size of its terms") {
+  // Precision::magnitude's dq and dk add to each dS term R_ij, the largest first-order move of dS_ij
+  // when every score S_il moves by T_il. Scaling every score by (1 + ε) (a scale of scale·(1 + ε),
+  // no ALiBi, so |S_il| <= T_il) moves dq = scale·dS·K by ε·dq through the scale (within the dS
+  // terms) and by at most ε·|scale|·R·|K| through dS: at most ε times the magnitude to first order.
+  const char* const line =
+      "b=1 hk=1 g=1 nq=5 nk=9 d=16 dtype=f32 causal=1 wl=-1 wr=-1 softcap=0 alibi=off seqlens_k=- varlen_q=- "
+      "varlen_k=- layout=bshd offset=0 values=normal scale=1.5 seed=11";
+  Instance inst(parse_case(line));
+  flashattn::BackwardArgs a = inst.backward_args();
+  const auto terms = flashattn::reference::backward_values(a, flashattn::reference::Precision::magnitude);
+  const auto base = flashattn::reference::backward_values(a, flashattn::reference::Precision::fp64);
+  a.scale = 1.5f * (1 + 1e-7);
+  const auto moved = flashattn::reference::backward_values(a, flashattn::reference::Precision::fp64);
+  const double eps = static_cast<double>(*a.scale) / 1.5 - 1;  // the float scale's own rounding
+  REQUIRE(terms.dq.size() == base.dq.size());
+  double worst = 0;  // the largest move relative to its bound (0.025 here): not slack by orders
+  for (size_t e = 0; e < base.dq.size(); ++e) {
+    CHECK(std::fabs(moved.dq[e] - base.dq[e]) <= std::fabs(eps) * terms.dq[e] * (1 + 1e-3));
+    worst = std::max(worst, std::fabs(moved.dq[e] - base.dq[e]) / (std::fabs(eps) * terms.dq[e]));
+  }
+  for (size_t e = 0; e < base.dk.size(); ++e)
+    CHECK(std::fabs(moved.dk[e] - base.dk[e]) <= std::fabs(eps) * terms.dk[e] * (1 + 1e-3));
+  CHECK(worst > 0.01);
 }
 
 TEST_CASE("margins: the worst error/bound ratio per output, with its case") {

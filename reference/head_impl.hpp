@@ -186,6 +186,39 @@ void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Round
   if (score_terms && rnd.magnitude) score_rounding_effect(h, t, v, score_terms);
 }
 
+// Precision::magnitude's share of dS_ij from the rounding of the scores [nq x nk]: the largest
+// first-order move of dS_ij = P_ij (dP_ij − D_i) when every S_il moves by at most T_il, the size of
+// its terms (dS in units of that rounding, as score_rounding_effect is for out). With
+// s̄_i = Σ_l P_il δS_il, δP_ij = P_ij (δS_ij − s̄_i) and δD_i = Σ_l δP_il dP_il, so
+//   δdS_ij = dS_ij (δS_ij − s̄_i) − P_ij Σ_l dS_il (δS_il − s̄_i),
+// at most |dS_ij| (T_ij + A_i) + P_ij (B_i + C_i A_i) with A_i = Σ_l P_il T_il, B_i = Σ_l |dS_il| T_il,
+// C_i = Σ_l |dS_il| (exact dS, before the softcap derivative; dP with dropout's keep factor).
+template <class Acc>
+std::vector<Acc> score_rounding_ds(const Head& h, const HeadTiles<Acc>& t, const Acc* v, const Acc* dout) {
+  const int64_t nq = h.nq, nk = h.nk, e = h.vdim();
+  Rounding<Acc> exact;
+  std::vector<Acc> o(static_cast<size_t>(nq * e)), ds(static_cast<size_t>(nq * nk), 0), r(ds.size(), 0);
+  output(h, t, v, exact, o.data());
+  for (int64_t i = 0; i < nq; ++i) {
+    Acc delta = 0, a = 0, b = 0, c = 0;
+    for (int64_t x = 0; x < e; ++x) delta += dout[i * e + x] * o[i * e + x];
+    for (int64_t j = 0; j < nk; ++j) {
+      const Acc p = t.p[i * nk + j];
+      if (p == 0) continue;
+      Acc dp = 0;
+      for (int64_t x = 0; x < e; ++x) dp += dout[i * e + x] * v[j * e + x];
+      const Acc g = std::fabs(p * (dp * t.keep[i * nk + j] - delta));
+      ds[i * nk + j] = g;
+      a += p * t.terms[i * nk + j];
+      b += g * t.terms[i * nk + j];
+      c += g;
+    }
+    for (int64_t j = 0; j < nk; ++j)
+      if (t.p[i * nk + j] != 0) r[i * nk + j] = ds[i * nk + j] * (t.terms[i * nk + j] + a) + t.p[i * nk + j] * (b + c * a);
+  }
+  return r;
+}
+
 // Backward of one head with P materialised. dq, dk, dv are overwritten.
 //
 // `given_out` and `given_lse` (dense [nq x d] and [nq], or null): the forward results the call was
@@ -233,6 +266,7 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
     }
     *dsink = s;
   }
+  const std::vector<Acc> score_ds = rnd.magnitude ? score_rounding_ds(h, t, v, dout) : std::vector<Acc>();
   // 2. dV = P̃ᵀ dO
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < e; ++x) {
@@ -254,7 +288,7 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
       Acc dp = 0;
       for (int64_t u = 0; u < e; ++u) dp += rnd.term(dout[i * e + rnd.at(e, u)] * v[j * e + rnd.at(e, u)]);
       const Acc keep = t.keep[i * nk + j];
-      Acc g = rnd.magnitude ? p * (dp * keep + delta[i]) : rnd(p * (rnd(rnd(dp) * keep) - delta[i]));
+      Acc g = rnd.magnitude ? p * (dp * keep + delta[i]) + score_ds[i * nk + j] : rnd(p * (rnd(rnd(dp) * keep) - delta[i]));
       if (dbias) dbias[i * nk + j] = g;
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;

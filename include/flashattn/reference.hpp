@@ -23,8 +23,10 @@ enum class Precision : uint8_t {
                               // 0, n−1, 1, n−2, …): a third equally naive order
   magnitude,               // fp64, but every sum of the outputs accumulates the absolute values of
                            // its terms (out = P|V|, D = Σ|dO∘O|, dP = |dO||V|ᵀ, dS = P∘(dP + D)
-                           // times (1 − t² + 2t²) with soft-capping (t = tanh(S/cap): the derivative
-                           // plus the 2t² units one rounding of t moves it by),
+                           // + R (the largest first-order move of dS when each S_ij moves by the
+                           // size T_ij of its terms, below), times (1 − t² + 2t²) with soft-capping
+                           // (t = tanh(S/cap): the derivative plus the 2t² units one rounding of t
+                           // moves it by),
                            // dq = |scale|·dS|K|, dk = |scale|·dSᵀ|Q|, dv = Pᵀ|dO|): per element,
                            // the size of the terms whose rounding it carries, where a sum that
                            // cancels is far smaller than its terms (tests scale their floor with
