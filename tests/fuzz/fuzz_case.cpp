@@ -571,11 +571,13 @@ void decode_bias_dropout(ByteReader& r, FuzzCase& c) {
       }
       case 2:
         a.bias.dtype = static_cast<DType>(r.take<uint8_t>());
+        c.tame = false;  // the bias's bytes read as another type: +inf and NaN included
         tr += " | bias.dtype=" + std::to_string(int(a.bias.dtype));
         break;
       case 3:
         if (r.chance(128)) {
           a.bias.data = hostile_pointer(r, c, c.bias_buf);
+          c.tame = false;  // another buffer's bytes as the bias: any value
           tr += " | bias moved";
         } else {
           a.dbias.data = hostile_pointer(r, c, c.dbias_buf);
