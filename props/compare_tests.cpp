@@ -235,6 +235,42 @@ TEST_CASE("tolerance: dq and dk allow one fp32 rounding of every score at the si
   CHECK(largest_move(n.base.dk, n.moved.dk, n.terms.dk, n.eps) <= 1 + 1e-3);
 }
 
+TEST_CASE("tolerance: dq and dk allow one rounding of dS to the input dtype") {
+  // Found by the fuzzer (tests/fuzz/regressions/rule-bf16-ds-rounded-two-keys): two keys with nearly
+  // equal k, so dq = scale·(dS_0 k_0 + dS_1 k_1) cancels (dS_0 ≈ −dS_1 ≈ 1.11, dq ≈ −0.07). An
+  // implementation that rounds dS to bf16 for its tile products (vdpbf16ps on the CPU, mma.sync on
+  // the GPU, FlashAttention's design) moves dq by up to 2⁻⁸·Σ|dS k| ≈ 0.017; the naive model rounds
+  // dS too, but here its two dS round to exact opposites (a tie to even) and it draws 2.2e-4.
+  Instance inst(parse_case("b=1 hk=1 g=1 nq=2 nk=2 d=1 dtype=bf16 causal=0 wl=-1 wr=-1 softcap=0 alibi=off "
+                           "seqlens_k=- varlen_q=- varlen_k=- layout=bshd offset=0 values=normal scale=default seed=1"));
+  const std::vector<double> q = {-2, -1.9375}, k = {-2, -1.9375}, v = {-2, 0.234375}, dout = {-2, -1.9375};
+  write_dense(inst.q(), q);
+  write_dense(inst.k(), k);
+  write_dense(inst.v(), v);
+  write_dense(inst.dout(), dout);
+  flashattn::BackwardArgs a = inst.backward_args();  // out and lse: the oracle's forward, rounded
+  flashattn::reference::backward(a, flashattn::reference::Precision::fp64);  // dv (and the rest) exact
+  const std::vector<double> out = read_dense(a.out);
+  // dS = P∘(dP − D) in fp32 from the given out and lse, rounded to bf16, then summed in fp32.
+  std::vector<double> dq(2, 0), dk(2, 0);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const float p = std::exp(static_cast<float>(q[i] * k[j]) - a.lse[i]);
+      const float ds = flashattn::round_to(flashattn::DType::bf16, p * static_cast<float>(dout[i] * v[j] - dout[i] * out[i]));
+      dq[i] = static_cast<float>(dq[i] + ds * k[j]);
+      dk[j] = static_cast<float>(dk[j] + ds * q[i]);
+    }
+  write_dense(a.dq, dq);
+  write_dense(a.dk, dk);
+  const Judgement j = judge_backward(a);
+  CHECK(j.passed());
+  const Comparison& r = j.find("dq")->result;
+  CHECK(r.max_error > 1e-2);
+  // Without the term the naive part is 3 · 2.2e-4: the bound would reject this implementation.
+  CHECK(r.max_error > r.allowance.c * r.same_error + r.allowance.contract + r.allowance.floor);
+  CHECK(r.allowance.fp32_terms > r.max_error - r.allowance.contract - r.allowance.floor);
+}
+
 TEST_CASE("margins: the worst error/bound ratio per output, with its case") {
   auto judgement = [](double err, double bound, bool passed) {
     Judgement j;

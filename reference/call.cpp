@@ -105,7 +105,8 @@ detail::Rounding<Acc> rounding_for(const AttentionArgs& a, Precision p) {
       p == Precision::same_as_input_reversed || p == Precision::fp32_reversed         ? detail::Order::reversed
       : p == Precision::same_as_input_alternating || p == Precision::fp32_alternating ? detail::Order::alternating
                                                                                       : detail::Order::forward;
-  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype, order, p == Precision::magnitude};
+  const bool ds = p == Precision::ds_magnitude;
+  return {sizeof(Acc) == sizeof(float), fp32 ? DType::f32 : a.q.dtype, order, p == Precision::magnitude || ds, ds};
 }
 
 template <class Acc>
@@ -233,7 +234,8 @@ std::pair<int64_t, int64_t> k_rows(const Sequence& s) { return {s.k_start, s.k_r
 
 // Returns the forward values of a validated call.
 ForwardValues forward_values_of_valid(const AttentionArgs& a, Precision p) {
-  if (p == Precision::fp64_given_out || p == Precision::fp64_given) p = Precision::fp64;  // nothing is given
+  if (p == Precision::fp64_given_out || p == Precision::fp64_given || p == Precision::ds_magnitude)
+    p = Precision::fp64;  // nothing is given; no dS
   return p == Precision::fp64 || p == Precision::magnitude ? forward_impl<double>(a, p) : forward_impl<float>(a, p);
 }
 
@@ -246,7 +248,7 @@ ForwardValues forward_values(const AttentionArgs& a, Precision p) {
 
 BackwardValues backward_values(const BackwardArgs& a, Precision p) {
   validate(a);
-  const bool wide = p == Precision::fp64 || p == Precision::magnitude || p == Precision::fp64_given_out ||
+  const bool wide = p == Precision::fp64 || p == Precision::magnitude || p == Precision::ds_magnitude || p == Precision::fp64_given_out ||
                     p == Precision::fp64_given;
   return wide ? backward_impl<double>(a, p) : backward_impl<float>(a, p);
 }

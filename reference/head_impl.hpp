@@ -27,6 +27,7 @@ struct Rounding {
   DType dtype = DType::f32;
   Order order = Order::forward;
   bool magnitude = false;
+  bool ds_size = false;  // Precision::ds_magnitude (with magnitude): each dS term is |dS| itself
   Acc operator()(Acc x) const { return on ? static_cast<Acc>(round_to(dtype, static_cast<float>(x))) : x; }
   // Term t of a sum of n: t (forward), n − 1 − t (reversed), or 0, n − 1, 1, n − 2, … (alternating).
   int64_t at(int64_t n, int64_t t) const {
@@ -186,32 +187,45 @@ void forward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, Round
   if (score_terms && rnd.magnitude) score_rounding_effect(h, t, v, score_terms);
 }
 
-// Precision::magnitude's share of dS_ij from the rounding of the scores [nq x nk]: the largest
-// first-order move of dS_ij = P_ij (dP_ij − D_i) when every S_il moves by at most T_il, the size of
-// its terms (dS in units of that rounding, as score_rounding_effect is for out). With
-// s̄_i = Σ_l P_il δS_il, δP_ij = P_ij (δS_ij − s̄_i) and δD_i = Σ_l δP_il dP_il, so
-//   δdS_ij = dS_ij (δS_ij − s̄_i) − P_ij Σ_l dS_il (δS_il − s̄_i),
-// at most |dS_ij| (T_ij + A_i) + P_ij (B_i + C_i A_i) with A_i = Σ_l P_il T_il, B_i = Σ_l |dS_il| T_il,
-// C_i = Σ_l |dS_il| (exact dS, before the softcap derivative; dP with dropout's keep factor).
+// |dS| [nq x nk] exact: |P_ij (dP_ij − D_i)| before the softcap derivative, with dP = dO·vᵀ times
+// dropout's keep factor and D from the exact output (0 where P is 0).
 template <class Acc>
-std::vector<Acc> score_rounding_ds(const Head& h, const HeadTiles<Acc>& t, const Acc* v, const Acc* dout) {
+std::vector<Acc> exact_ds_size(const Head& h, const HeadTiles<Acc>& t, const Acc* v, const Acc* dout) {
   const int64_t nq = h.nq, nk = h.nk, e = h.vdim();
   Rounding<Acc> exact;
-  std::vector<Acc> o(static_cast<size_t>(nq * e)), ds(static_cast<size_t>(nq * nk), 0), r(ds.size(), 0);
+  std::vector<Acc> o(static_cast<size_t>(nq * e)), ds(static_cast<size_t>(nq * nk), 0);
   output(h, t, v, exact, o.data());
   for (int64_t i = 0; i < nq; ++i) {
-    Acc delta = 0, a = 0, b = 0, c = 0;
+    Acc delta = 0;
     for (int64_t x = 0; x < e; ++x) delta += dout[i * e + x] * o[i * e + x];
     for (int64_t j = 0; j < nk; ++j) {
       const Acc p = t.p[i * nk + j];
       if (p == 0) continue;
       Acc dp = 0;
       for (int64_t x = 0; x < e; ++x) dp += dout[i * e + x] * v[j * e + x];
-      const Acc g = std::fabs(p * (dp * t.keep[i * nk + j] - delta));
-      ds[i * nk + j] = g;
-      a += p * t.terms[i * nk + j];
-      b += g * t.terms[i * nk + j];
-      c += g;
+      ds[i * nk + j] = std::fabs(p * (dp * t.keep[i * nk + j] - delta));
+    }
+  }
+  return ds;
+}
+
+// Precision::magnitude's share of dS_ij from the rounding of the scores [nq x nk]: the largest
+// first-order move of dS_ij = P_ij (dP_ij − D_i) when every S_il moves by at most T_il, the size of
+// its terms (dS in units of that rounding, as score_rounding_effect is for out). With
+// s̄_i = Σ_l P_il δS_il, δP_ij = P_ij (δS_ij − s̄_i) and δD_i = Σ_l δP_il dP_il, so
+//   δdS_ij = dS_ij (δS_ij − s̄_i) − P_ij Σ_l dS_il (δS_il − s̄_i),
+// at most |dS_ij| (T_ij + A_i) + P_ij (B_i + C_i A_i) with A_i = Σ_l P_il T_il, B_i = Σ_l |dS_il| T_il,
+// C_i = Σ_l |dS_il| (exact_ds_size's |dS|).
+template <class Acc>
+std::vector<Acc> score_rounding_ds(const Head& h, const HeadTiles<Acc>& t, const std::vector<Acc>& ds) {
+  const int64_t nq = h.nq, nk = h.nk;
+  std::vector<Acc> r(ds.size(), 0);
+  for (int64_t i = 0; i < nq; ++i) {
+    Acc a = 0, b = 0, c = 0;
+    for (int64_t j = 0; j < nk; ++j) {
+      a += t.p[i * nk + j] * t.terms[i * nk + j];
+      b += ds[i * nk + j] * t.terms[i * nk + j];
+      c += ds[i * nk + j];
     }
     for (int64_t j = 0; j < nk; ++j)
       if (t.p[i * nk + j] != 0) r[i * nk + j] = ds[i * nk + j] * (t.terms[i * nk + j] + a) + t.p[i * nk + j] * (b + c * a);
@@ -266,7 +280,8 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
     }
     *dsink = s;
   }
-  const std::vector<Acc> score_ds = rnd.magnitude ? score_rounding_ds(h, t, v, dout) : std::vector<Acc>();
+  const std::vector<Acc> ds_size = rnd.magnitude ? exact_ds_size(h, t, v, dout) : std::vector<Acc>();
+  const std::vector<Acc> score_ds = rnd.magnitude && !rnd.ds_size ? score_rounding_ds(h, t, ds_size) : std::vector<Acc>();
   // 2. dV = P̃ᵀ dO
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t x = 0; x < e; ++x) {
@@ -288,13 +303,15 @@ void backward_head(const Head& h, const Acc* q, const Acc* k, const Acc* v, cons
       Acc dp = 0;
       for (int64_t u = 0; u < e; ++u) dp += rnd.term(dout[i * e + rnd.at(e, u)] * v[j * e + rnd.at(e, u)]);
       const Acc keep = t.keep[i * nk + j];
-      Acc g = rnd.magnitude ? p * (dp * keep + delta[i]) + score_ds[i * nk + j] : rnd(p * (rnd(rnd(dp) * keep) - delta[i]));
+      Acc g = rnd.ds_size     ? ds_size[i * nk + j]
+              : rnd.magnitude ? p * (dp * keep + delta[i]) + score_ds[i * nk + j]
+                              : rnd(p * (rnd(rnd(dp) * keep) - delta[i]));
       if (dbias) dbias[i * nk + j] = g;
       if (cap > 0) {
         const Acc th = t.capped[i * nk + j] / cap;
         // Precision::magnitude: 1 − t² + 2t², the derivative plus what one rounding of t moves it
         // by (2t² units): where |S| nears the cap, 1 − t² cancels and t's rounding dominates it.
-        g = rnd(g * (rnd.magnitude ? 1 + th * th : 1 - th * th));
+        g = rnd(g * (rnd.magnitude && !rnd.ds_size ? 1 + th * th : 1 - th * th));
       }
       ds[i * nk + j] = g;
     }

@@ -4,11 +4,13 @@
 //
 //   naive      max|oracle_same_precision − oracle_fp64|, element by element the worst of three equally
 //              naive summation orders (worse_naive);
-//   fp32_terms dq, dk: one fp32 rounding at the magnitude of their dS terms (u32 · the
-//              largest |scale|·Σ_j P_ij(|dP_ij| + |D_i|)|k_j|, likewise for dk) — dP and D are two fp32
-//              sums, each rounded at least once, that cancel in dS; out: the effect of two fp32
-//              roundings of every score at the size of its terms (2 · u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|);
-//              0 for dv and lse;
+//   fp32_terms the naive part's lower bound. dq, dk (and dbias): the larger of one fp32 rounding at
+//              the magnitude of their dS terms (u32 · the largest |scale|·Σ_j (P_ij(|dP_ij| + |D_i|) +
+//              R_ij)|k_j|, R the move of dS by one rounding of every score; likewise for dk) — dP and D
+//              are two fp32 sums, each rounded at least once, that cancel in dS — and one rounding of
+//              dS itself to the input dtype (u_in · the largest |scale|·Σ_j |dS_ij||k_j|); out: the
+//              effect of two fp32 roundings of every score at the size of its terms
+//              (2 · u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|); 0 for dv and lse;
 //   contract   backward only: max|oracle_fp64_given − oracle_fp64|, the exact effect of computing D
 //              from the call's rounded `out` and P from its fp32 `lse` (Precision::fp64_given);
 //   floor      kFloorUnits · max(u · magnitude, smallest spacing) of the output dtype.
@@ -45,7 +47,7 @@ constexpr double kScoreTermUnits = 2;
 // The parts of one output's bound besides the naive error (see above).
 struct Allowance {
   double c = kOutFactor;      // multiplier of the naive error
-  double fp32_terms = 0;      // lower bound of the naive part (dq, dk: kDsTermUnits·u32·max dS terms)
+  double fp32_terms = 0;      // lower bound of the naive part (above)
   double contract = 0;        // error the call's given inputs force (backward: D from out, P from lse)
   double floor = 0;           // absolute floor
 };

@@ -45,6 +45,10 @@ enum class Precision : uint8_t {
                            // from the given fp32 `lse`: the exact result of the documented formulas
                            // on the inputs as the call holds them. Its distance to fp64 is the error
                            // that taking out and lse as given makes unavoidable (tests add it).
+  ds_magnitude,            // backward only: fp64, but dq = |scale|·|dS|·|K|, dk = |scale|·|dS|ᵀ·|Q| and
+                           // dbias = Σ|dS| with the exact dS = P∘(dP − D)∘(1 − t²) (dv is P|dO|, as in
+                           // magnitude): the size of the sums that dS, once rounded to the input
+                           // dtype (as a 16-bit tile product and the naive model round it), feeds.
 };
 
 // One (batch, head) problem, dense row-major fp64: q [nq x d], k [nk x d], v [nk x dv].
