@@ -660,13 +660,16 @@ void decode_block_mask(ByteReader& r, FuzzCase& c) {
           tr += " | a block count=" + std::to_string(n32);
         }
         break;
-      case 2:
-        if (lists > 0) {
-          int32_t& e = (r.chance(128) ? c.full_index : c.partial_index).data[r.take<uint16_t>() % (lists * m.max_blocks)];
+      case 2: {
+        // An entry of the allocated array: m.max_blocks may already be a hostile overwrite.
+        SideArray<int32_t>& index = r.chance(128) ? c.full_index : c.partial_index;
+        if (index.count > 0) {
+          int32_t& e = index.data[r.take<uint16_t>() % index.count];
           e = hostile_i32(r, e);
           tr += " | a block index=" + std::to_string(e);
         }
         break;
+      }
       case 3:
         std::swap(m.full_index, m.partial_index);  // a block listed twice, or lists of other counts
         tr += " | block lists swapped";
