@@ -282,6 +282,7 @@ void mutate(ByteReader& r, FuzzCase& c) {
         const Buffer& b = c.buffers[other];
         const size_t off = b.size ? r.take<uint16_t>() % (b.size + 1) : 0;
         v.data = b.begin() + off;
+        c.tame = false;  // another buffer's bytes (a poisoned output, an lse of −inf): any value
         tr += " | " + name + ".data=buffer" + std::to_string(other) + "+" + std::to_string(off);
       }
       break;
