@@ -170,4 +170,26 @@ TEST_CASE("oracle magnitudes bound the values, and equal them for one visible ke
   }, kCases);
 }
 
+TEST_CASE("oracle: the naive precisions sum in forward, reversed and alternating-ends order") {
+  // One query row, four keys with equal scores (q = 0: P = 1/4 exactly), d = 1: out is the fp32
+  // sum of v_j / 4 in the precision's order. v = 1, 2^-24, -1, 2^-23 rounds differently in each:
+  // forward (0, 1, 2, 3) 2^-23, reversed (3, 2, 1, 0) 3·2^-24 (exact), alternating ends
+  // (0, 3, 1, 2) 2^-22 (1 + 2^-23 + 2^-24 ties to even upwards). The tolerance rule's naive part is
+  // the worst of the three, so each must be the order it names.
+  const float q[1] = {0.0f}, k[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float v[4] = {1.0f, std::ldexp(1.0f, -24), -1.0f, std::ldexp(1.0f, -23)};
+  flashattn::ForwardArgs a;
+  a.q = flashattn::bshd(q, flashattn::DType::f32, 1, 1, 1, 1);
+  a.k = flashattn::bshd(k, flashattn::DType::f32, 1, 4, 1, 1);
+  a.v = flashattn::bshd(v, flashattn::DType::f32, 1, 4, 1, 1);
+  const std::pair<Precision, double> expected[] = {{Precision::same_as_input, std::ldexp(1.0, -23) / 4},
+                                                   {Precision::same_as_input_reversed, 3 * std::ldexp(1.0, -24) / 4},
+                                                   {Precision::same_as_input_alternating, std::ldexp(1.0, -22) / 4},
+                                                   {Precision::fp64, 3 * std::ldexp(1.0, -24) / 4}};
+  for (const auto& [p, out] : expected) {
+    INFO("precision " << static_cast<int>(p));
+    CHECK(flashattn::reference::forward_values(a, p).out.at(0) == out);
+  }
+}
+
 }  // namespace props

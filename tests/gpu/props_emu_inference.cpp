@@ -51,6 +51,27 @@ TEST_CASE("gpu-emulated quantized K/V forward: int8, e4m3, e5m2, every scale gra
   }, kCases);
 }
 
+// A sink enters a row's softmax once (split 0), not once per split, which the combine would weigh
+// num_splits times. The generated cases reach a second split rarely (70 keys at most: one whole
+// 64-key tile and part of another), so this case is fixed: 200 keys in two and three splits.
+TEST_CASE("gpu-emulated quantized K/V forward: a sink with keys in several splits") {
+  for (const flashattn::DType quant : {flashattn::DType::i8, flashattn::DType::e4m3})
+    for (const int64_t splits : {int64_t{2}, int64_t{3}}) {
+      props::QuantizedSpec s;
+      s.batch = 1, s.heads_k = 2, s.group = 2, s.seqlen_q = 2, s.dim = 32, s.dim_v = 32;
+      s.dtype = flashattn::DType::bf16, s.quant = quant;
+      s.granularity = flashattn::ScaleGranularity::token;
+      s.sinks = true;
+      s.lengths = {200};
+      s.capacity = 200;
+      s.num_splits = splits;
+      s.seed = 7;
+      props::QuantizedProblem p(s);
+      const std::string failure = props::check_quantized_forward(p, flashattn::gpu_emu::forward);
+      CHECK_MESSAGE(failure.empty(), (failure + " | " + s.describe()));
+    }
+}
+
 TEST_CASE("gpu-emulated inference forward: repeated split-KV calls are bitwise identical") {
   props::check("gpu-emulated/inference-repeat", [] {
     props::InferenceSpec s = *props::gen_inference(0, props::InferenceDims::gpu);
