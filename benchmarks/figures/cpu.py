@@ -393,6 +393,32 @@ def cpu_decode_quantized_zen3():
                                      "tokens/s / bf16's", "paged-16 ms", "e8e8b6e ms", "speed-up"], rows)])
 
 
+# ---- decode over quantized caches on the Zen 5 host (rows read in place) --------------------------
+
+DECODE_Q_ZEN5 = "benchmarks/results/2026-11-30/decode-quantized-zen5-abac5b3"
+DECODE_Q_ZEN5_RUNS = [f"{DECODE_Q_ZEN5}/run-{i}.csv" for i in (1, 2, 3)]
+
+
+@block("cpu-decode-quantized-zen5", *DECODE_Q_ZEN5_RUNS)
+def cpu_decode_quantized_zen5():
+    best = decode_csv_best(DECODE_Q_ZEN5_RUNS)
+    bws = [float(r[f]) for rel in DECODE_Q_ZEN5_RUNS for r in csv.DictReader(io.StringIO(read(rel)))
+           for f in ("read_bw_before", "read_bw_after")]
+    rows = []
+    for dt in ("f32", "bf16", "i8", "e4m3", "e5m2"):
+        for b in (1, 8):
+            for nk in (16384, 65536):
+                a, pg, bf = best[(dt, b, nk, "contiguous")], best[(dt, b, nk, "paged-16")], best[("bf16", b, nk, "contiguous")]
+                ms = float(a["min_ms"])
+                rows.append([dt, b, nk, f"{ms:.2f}", f"{float(a['gbps']):.1f} ({float(a['percent_of_read_bw']):.0f} %)",
+                             f"{float(a['tokens_per_s_per_seq']):.0f}", f"{float(bf['min_ms']) / ms:.2f}x",
+                             f"{float(pg['min_ms']):.2f}"])
+    head = (f"Read bandwidth measured by the three runs (before and after each): {span(bws, '{:.1f}')} GB/s; "
+            "each run's % is against its own value before its timings.")
+    return "\n\n".join([head, table(["K/V dtype", "B", "Nk", "ms", "GB/s (% of read BW)", "tokens/s per sequence",
+                                     "tokens/s / bf16's", "paged-16 ms"], rows)])
+
+
 # ---- decode from cache on the Zen 3 host at three commits (flashattn-bench --decode text lines) ---
 
 DECODE_CACHE_ZEN3 = "benchmarks/results/2026-11-29/decode-incache-zen3-f715819"
