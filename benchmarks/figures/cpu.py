@@ -370,27 +370,44 @@ def decode_csv_best(paths):
     return best
 
 
-@block("cpu-decode-quantized-zen3", *DECODE_Q_RUNS["before"], *DECODE_Q_RUNS["after"])
-def cpu_decode_quantized_zen3():
-    after, before = decode_csv_best(DECODE_Q_RUNS["after"]), decode_csv_best(DECODE_Q_RUNS["before"])
-    bws = [float(r[f]) for rel in DECODE_Q_RUNS["after"] for r in csv.DictReader(io.StringIO(read(rel)))
-           for f in ("read_bw_before", "read_bw_after")]
+def decode_read_bws(paths):
+    """The read bandwidths (GB/s) the decode CSV files measured before and after their timings."""
+    return [float(r[f]) for rel in paths for r in csv.DictReader(io.StringIO(read(rel)))
+            for f in ("read_bw_before", "read_bw_after")]
+
+
+QUANTIZED_DECODE_HEADER = ["K/V dtype", "B", "Nk", "ms", "GB/s (% of read BW)", "tokens/s per sequence",
+                           "tokens/s / bf16's", "paged-16 ms"]
+
+
+def quantized_decode_rows(best, extra=lambda dt, b, nk, ms: []):
+    """Per K/V dtype, B and Nk of the quantized decode runs: the cells of QUANTIZED_DECODE_HEADER from
+    `best` (decode_csv_best), then extra(dt, b, nk, ms)."""
     rows = []
     for dt in ("f32", "bf16", "i8", "e4m3", "e5m2"):
         for b in (1, 8):
             for nk in (16384, 65536):
-                a, pg = after[(dt, b, nk, "contiguous")], after[(dt, b, nk, "paged-16")]
-                was, bf = before[(dt, b, nk, "contiguous")], after[("bf16", b, nk, "contiguous")]
+                a, pg, bf = best[(dt, b, nk, "contiguous")], best[(dt, b, nk, "paged-16")], best[("bf16", b, nk, "contiguous")]
                 ms = float(a["min_ms"])
                 rows.append([dt, b, nk, f"{ms:.2f}", f"{float(a['gbps']):.1f} ({float(a['percent_of_read_bw']):.0f} %)",
                              f"{float(a['tokens_per_s_per_seq']):.0f}", f"{float(bf['min_ms']) / ms:.2f}x",
-                             f"{float(pg['min_ms']):.2f}", f"{float(was['min_ms']):.2f}",
-                             f"{float(was['min_ms']) / ms:.2f}x"])
+                             f"{float(pg['min_ms']):.2f}"] + extra(dt, b, nk, ms))
+    return rows
+
+
+@block("cpu-decode-quantized-zen3", *DECODE_Q_RUNS["before"], *DECODE_Q_RUNS["after"])
+def cpu_decode_quantized_zen3():
+    before = decode_csv_best(DECODE_Q_RUNS["before"])
+
+    def was(dt, b, nk, ms):
+        w = float(before[(dt, b, nk, "contiguous")]["min_ms"])
+        return [f"{w:.2f}", f"{w / ms:.2f}x"]
+    rows = quantized_decode_rows(decode_csv_best(DECODE_Q_RUNS["after"]), was)
     commit = DECODE_Q_ZEN3.rsplit("-", 1)[1]
-    head = (f"Read bandwidth measured by the three runs of {commit} (before and after each): {span(bws, '{:.1f}')} GB/s; "
+    head = (f"Read bandwidth measured by the three runs of {commit} (before and after each): "
+            f"{span(decode_read_bws(DECODE_Q_RUNS['after']), '{:.1f}')} GB/s; "
             "each run's % is against its own value before its timings.")
-    return "\n\n".join([head, table(["K/V dtype", "B", "Nk", "ms", "GB/s (% of read BW)", "tokens/s per sequence",
-                                     "tokens/s / bf16's", "paged-16 ms", "e8e8b6e ms", "speed-up"], rows)])
+    return "\n\n".join([head, table(QUANTIZED_DECODE_HEADER + ["e8e8b6e ms", "speed-up"], rows)])
 
 
 # ---- decode over quantized caches on the Zen 5 host (rows read in place) --------------------------
@@ -401,22 +418,10 @@ DECODE_Q_ZEN5_RUNS = [f"{DECODE_Q_ZEN5}/run-{i}.csv" for i in (1, 2, 3)]
 
 @block("cpu-decode-quantized-zen5", *DECODE_Q_ZEN5_RUNS)
 def cpu_decode_quantized_zen5():
-    best = decode_csv_best(DECODE_Q_ZEN5_RUNS)
-    bws = [float(r[f]) for rel in DECODE_Q_ZEN5_RUNS for r in csv.DictReader(io.StringIO(read(rel)))
-           for f in ("read_bw_before", "read_bw_after")]
-    rows = []
-    for dt in ("f32", "bf16", "i8", "e4m3", "e5m2"):
-        for b in (1, 8):
-            for nk in (16384, 65536):
-                a, pg, bf = best[(dt, b, nk, "contiguous")], best[(dt, b, nk, "paged-16")], best[("bf16", b, nk, "contiguous")]
-                ms = float(a["min_ms"])
-                rows.append([dt, b, nk, f"{ms:.2f}", f"{float(a['gbps']):.1f} ({float(a['percent_of_read_bw']):.0f} %)",
-                             f"{float(a['tokens_per_s_per_seq']):.0f}", f"{float(bf['min_ms']) / ms:.2f}x",
-                             f"{float(pg['min_ms']):.2f}"])
-    head = (f"Read bandwidth measured by the three runs (before and after each): {span(bws, '{:.1f}')} GB/s; "
+    head = (f"Read bandwidth measured by the three runs (before and after each): "
+            f"{span(decode_read_bws(DECODE_Q_ZEN5_RUNS), '{:.1f}')} GB/s; "
             "each run's % is against its own value before its timings.")
-    return "\n\n".join([head, table(["K/V dtype", "B", "Nk", "ms", "GB/s (% of read BW)", "tokens/s per sequence",
-                                     "tokens/s / bf16's", "paged-16 ms"], rows)])
+    return "\n\n".join([head, table(QUANTIZED_DECODE_HEADER, quantized_decode_rows(decode_csv_best(DECODE_Q_ZEN5_RUNS)))])
 
 
 # ---- decode from cache on the Zen 3 host at three commits (flashattn-bench --decode text lines) ---
