@@ -13,8 +13,8 @@ void Margins::add(const Judgement& j, const Case& c) {
   for (const Verdict& v : j.verdicts) {
     const Comparison& r = v.result;
     if (log)  // every verdict's parts, for estimates of the rule's power (docs/reliability.md)
-      std::fprintf(stderr, "verdict %s error=%.6g bound=%.6g max_oracle=%.6g c_naive=%.6g fp32_terms=%.6g contract=%.6g floor=%.6g\n",
-                   v.output.c_str(), r.max_error, r.bound, max_abs_finite(v.oracle), r.allowance.c * r.same_error,
+      std::fprintf(stderr, "verdict %s d=%lld error=%.6g bound=%.6g max_oracle=%.6g c_naive=%.6g fp32_terms=%.6g contract=%.6g floor=%.6g\n",
+                   v.output.c_str(), static_cast<long long>(c.dim), r.max_error, r.bound, max_abs_finite(v.oracle), r.allowance.c * r.same_error,
                    r.allowance.fp32_terms, r.allowance.contract, r.allowance.floor);
     // A non-finite mismatch fails whatever the bound: count it as infinitely far over.
     const double ratio = !r.passed && r.max_error <= r.bound ? 1e300

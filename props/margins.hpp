@@ -18,7 +18,7 @@ using namespace ::flashattn::tolerance;  // NOLINT: the suite speaks the toleran
 class Margins {
  public:
   // Records every verdict of `j`, judged on case c; with FLASHATTN_PROPS_VERDICTS set also prints
-  // each one's error and the parts of its bound to stderr ("verdict dq error=… bound=… …").
+  // each one's error and the parts of its bound to stderr ("verdict dq d=… error=… bound=… …").
   void add(const Judgement& j, const Case& c);
   // One line per output in name order: "out 0.45 (replay: FLASHATTN_REPLAY='…')"; "" when empty.
   std::string summary() const;

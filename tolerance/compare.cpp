@@ -69,6 +69,10 @@ double floor_for(flashattn::DType dtype, double magnitude) {
   return kFloorUnits * std::max(flashattn::unit_roundoff(dtype) * magnitude, flashattn::smallest_spacing(dtype));
 }
 
+double score_rounding_units(int64_t terms) {
+  return std::max(kScoreTermUnits, std::sqrt(static_cast<double>(terms) / 3));
+}
+
 Comparison compare(const std::vector<double>& impl, const std::vector<double>& oracle,
                    const std::vector<double>& naive, double c, flashattn::DType dtype, double terms) {
   Allowance a;

@@ -9,8 +9,8 @@
 //              R_ij)|k_j|, R the move of dS by one rounding of every score; likewise for dk) — dP and D
 //              are two fp32 sums, each rounded at least once, that cancel in dS — and one rounding of
 //              dS itself to the input dtype (u_in · the largest |scale|·Σ_j |dS_ij||k_j|); out: the
-//              effect of two fp32 roundings of every score at the size of its terms
-//              (2 · u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|); 0 for dv and lse;
+//              effect of max(2, √(d/3)) fp32 roundings of every score at the size of its terms
+//              (score_rounding_units(d) · u32 · max Σ_j P_ij·T_ij·|v_jx − O_ix|); 0 for dv and lse;
 //   contract   backward only: max|oracle_fp64_given − oracle_fp64|, the exact effect of computing D
 //              from the call's rounded `out` and P from its fp32 `lse` (Precision::fp64_given);
 //   floor      kFloorUnits · max(u · magnitude, smallest spacing) of the output dtype.
@@ -39,10 +39,16 @@ constexpr double kLseFactor = 2;   // lse (fp32)
 constexpr double kFloorUnits = 4;
 // Units of fp32 roundoff at the dS term magnitude that bound dq and dk from below (fp32_terms).
 constexpr double kDsTermUnits = 1;
-// Units of fp32 roundoff of every score at its term size whose effect bounds out from below: a
-// rounded product and a rounded sum (a vectorised dot product rounds each lane's product and each
-// level of the reduction across the lanes; docs/semantics.md).
+// Units of fp32 roundoff of every score at its term size whose effect bounds out from below, at
+// least: a rounded product and a rounded sum (a vectorised dot product rounds each lane's product
+// and each level of the reduction across the lanes; docs/semantics.md).
 constexpr double kScoreTermUnits = 2;
+
+// The units of fp32 roundoff of every score at its term size that bound out's naive error from
+// below, for scores summed from `terms` products (the head dim d): max(kScoreTermUnits, √(d/3)),
+// √(d/3) being the standard deviation of a sequential fp32 sum's rounding error at the size of its
+// terms where one term dominates — what the naive model's orders draw from, and an FMA chain too.
+double score_rounding_units(int64_t terms);
 
 // The parts of one output's bound besides the naive error (see above).
 struct Allowance {
