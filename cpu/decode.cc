@@ -189,6 +189,24 @@ HWY_INLINE void MulAdd4x2(V x0, V x1, V x2, V x3, V u, V v, V& a0, V& b0, V& a1,
   b3 = hn::MulAdd(x3, v, b3);
 }
 
+#if HWY_TARGET <= HWY_AVX3
+// Returns the sums of the lanes of u, v, w and z as the four lanes of a 128-bit vector: pairs of
+// lanes within each 128-bit block, then the blocks (13 operations, against ~32 for four SumOfLanes).
+template <class D>
+HWY_INLINE hn::Vec<hn::Full128<float>> SumOfLanes4(D d, hn::Vec<D> u, hn::Vec<D> v, hn::Vec<D> w, hn::Vec<D> z) {
+  const hn::Repartition<double, D> dd;
+  const auto uv = hn::Add(hn::InterleaveLower(d, u, v), hn::InterleaveUpper(d, u, v));  // u0+u2 v0+v2 u1+u3 v1+v3
+  const auto wz = hn::Add(hn::InterleaveLower(d, w, z), hn::InterleaveUpper(d, w, z));
+  const auto lo = hn::InterleaveLower(dd, hn::BitCast(dd, uv), hn::BitCast(dd, wz));
+  const auto hi = hn::InterleaveUpper(dd, hn::BitCast(dd, uv), hn::BitCast(dd, wz));
+  const auto blocks = hn::Add(hn::BitCast(d, lo), hn::BitCast(d, hi));  // per 128-bit block: u v w z
+  const hn::Half<D> d256;
+  const auto half = hn::Add(hn::LowerHalf(d256, blocks), hn::UpperHalf(d256, blocks));
+  const hn::Half<decltype(d256)> d128;
+  return hn::Add(hn::LowerHalf(d128, half), hn::UpperHalf(d128, half));
+}
+#endif
+
 // Writes s[r·kpad + j] = q_r · k_j for rows [0, R) and keys [0, nk) of the tile (rows of dpad
 // elements, read as fp32 by LoadInPlace; for quantized codes the sum over their values times the
 // row's scale kscale[j], one multiply per dot product), four rows at a time so each key vector is
@@ -202,6 +220,40 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
   for (; r + 4 <= R; r += 4) {
     const float* q0 = q + r * dpad;
     int64_t j = 0;
+#if HWY_TARGET <= HWY_AVX3
+    // 32 vector registers: four keys, sixteen independent sums (twice the FMA latency's need).
+    for (; j + 4 <= nk; j += 4) {
+      const TK* k0 = krow[j];
+      const TK* k1 = krow[j + 1];
+      const TK* k2 = krow[j + 2];
+      const TK* k3 = krow[j + 3];
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
+      auto c0 = hn::Zero(d), c1 = hn::Zero(d), c2 = hn::Zero(d), c3 = hn::Zero(d);
+      auto e0 = hn::Zero(d), e1 = hn::Zero(d), e2 = hn::Zero(d), e3 = hn::Zero(d);
+      const int64_t quarter = std::max<int64_t>(dpad / (4 * L), 1) * L;
+      for (int64_t x = 0; x < dpad; x += L) {
+        if (x % quarter == 0) pf.Step();
+        const auto key0 = LoadInPlace(d, k0 + x), key1 = LoadInPlace(d, k1 + x);
+        const auto key2 = LoadInPlace(d, k2 + x), key3 = LoadInPlace(d, k3 + x);
+        const auto x0 = hn::Load(d, q0 + x), x1 = hn::Load(d, q0 + dpad + x);
+        const auto x2 = hn::Load(d, q0 + 2 * dpad + x), x3 = hn::Load(d, q0 + 3 * dpad + x);
+        MulAdd4x2(x0, x1, x2, x3, key0, key1, a0, b0, a1, b1, a2, b2, a3, b3);
+        MulAdd4x2(x0, x1, x2, x3, key2, key3, c0, e0, c1, e1, c2, e2, c3, e3);
+      }
+      float* sj = s + r * kpad + j;
+      const hn::Full128<float> d4;
+      const auto put = [&](float* at, hn::Vec<D> u, hn::Vec<D> v, hn::Vec<D> w, hn::Vec<D> z) {
+        auto sums = SumOfLanes4(d, u, v, w, z);
+        if constexpr (kCodeRow<TK>) sums = hn::Mul(sums, hn::LoadU(d4, kscale + j));
+        hn::StoreU(sums, d4, at);
+      };
+      put(sj, a0, b0, c0, e0);
+      put(sj + kpad, a1, b1, c1, e1);
+      put(sj + 2 * kpad, a2, b2, c2, e2);
+      put(sj + 3 * kpad, a3, b3, c3, e3);
+    }
+#endif
     for (; j + 2 <= nk; j += 2) {  // two keys: eight independent sums hide the FMA latency
       pf.Step();
       const TK* k0 = krow[j];
@@ -427,6 +479,33 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     const float* p2 = p + 2 * kpad;
     const float* p3 = p + 3 * kpad;
     int64_t x = 0;
+#if HWY_TARGET <= HWY_AVX3
+    // 32 vector registers: four vectors of the head dim, sixteen independent sums.
+    for (; x + 4 * L <= dvpad; x += 4 * L) {
+      float* o0 = o + x;
+      auto a0 = hn::Zero(d), b0 = hn::Zero(d), a1 = hn::Zero(d), b1 = hn::Zero(d);
+      auto a2 = hn::Zero(d), b2 = hn::Zero(d), a3 = hn::Zero(d), b3 = hn::Zero(d);
+      auto c0 = hn::Zero(d), e0 = hn::Zero(d), c1 = hn::Zero(d), e1 = hn::Zero(d);
+      auto c2 = hn::Zero(d), e2 = hn::Zero(d), c3 = hn::Zero(d), e3 = hn::Zero(d);
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto va = LoadInPlace(d, vrow[j] + x), vb = LoadInPlace(d, vrow[j] + x + L);
+        const auto vc = LoadInPlace(d, vrow[j] + x + 2 * L), ve = LoadInPlace(d, vrow[j] + x + 3 * L);
+        const auto q0 = hn::Set(d, p0[j]), q1 = hn::Set(d, p1[j]), q2 = hn::Set(d, p2[j]), q3 = hn::Set(d, p3[j]);
+        MulAdd4x2(q0, q1, q2, q3, va, vb, a0, b0, a1, b1, a2, b2, a3, b3);
+        MulAdd4x2(q0, q1, q2, q3, vc, ve, c0, e0, c1, e1, c2, e2, c3, e3);
+      }
+      const auto put = [&](float* at, float f, hn::Vec<D> u, hn::Vec<D> v, hn::Vec<D> w, hn::Vec<D> z) {
+        hn::Store(finish(at, f, u), d, at);
+        hn::Store(finish(at + L, f, v), d, at + L);
+        hn::Store(finish(at + 2 * L, f, w), d, at + 2 * L);
+        hn::Store(finish(at + 3 * L, f, z), d, at + 3 * L);
+      };
+      put(o0, alpha[0], a0, b0, c0, e0);
+      put(o0 + dvpad, alpha[1], a1, b1, c1, e1);
+      put(o0 + 2 * dvpad, alpha[2], a2, b2, c2, e2);
+      put(o0 + 3 * dvpad, alpha[3], a3, b3, c3, e3);
+    }
+#endif
     for (; x + 2 * L <= dvpad; x += 2 * L) {
       float* o0 = o + x;
       auto a0 = hn::Zero(d), b0 = hn::Zero(d), a1 = hn::Zero(d), b1 = hn::Zero(d);
