@@ -8,8 +8,10 @@
 # Each round runs A then B (odd rounds) or B then A (even rounds) with `--decode --csv` and the given
 # options; OUT_DIR gets a.csv / b.csv (all rounds, the round in column `round`), the command, both
 # binaries' commits if they were given as build trees of git checkouts, and ab.md: per case the
-# fastest call of each binary over the rounds (its min_ms), their ratio and the range of the read
-# bandwidth measured before the rounds. Default: 4 rounds.
+# fastest call of each binary over the rounds (its min_ms) and their ratio, the median over the
+# rounds of each round's B / A ratio (the steadier figure where the host's bandwidth moves between
+# rounds: a round's two runs are seconds apart), and the range of the read bandwidth measured
+# before the rounds. Default: 4 rounds.
 set -euo pipefail
 [[ $# -ge 3 ]] || { sed -n '2,13p' "$0" >&2; exit 2; }
 out=$1 a=$2 b=$3
@@ -35,9 +37,9 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 python3 - "$out" "$rounds" <<'EOF'
-import csv, sys
+import csv, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-best, bw = {}, []
+best, bw, per_round = {}, [], {}
 for which in "ab":
     rows = []
     for r in range(1, rounds + 1):
@@ -57,11 +59,15 @@ for which in "ab":
         t = float(row["min_ms"])
         best.setdefault(key, {}).setdefault(which, t)
         best[key][which] = min(best[key][which], t)
+        per_round.setdefault(key, {}).setdefault(row["round"], {})[which] = t
 lines = [f"Fastest call over {rounds} interleaved rounds; read bandwidth before the rounds {min(bw):.1f}-{max(bw):.1f} GB/s.", "",
-         "| dtype | B | Nk | new rows | layout | impl | A ms | B ms | B / A time |", "|---|---|---|---|---|---|---|---|---|"]
+         "| dtype | B | Nk | new rows | layout | impl | A ms | B ms | B / A (fastest) | B / A (median of rounds) |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
 for key in sorted(best):
     t = best[key]
-    lines.append("| " + " | ".join(str(k) for k in key) + f" | {t['a']:.3f} | {t['b']:.3f} | {t['b'] / t['a']:.2f} |")
+    ratios = [r["b"] / r["a"] for r in per_round[key].values() if "a" in r and "b" in r]
+    lines.append("| " + " | ".join(str(k) for k in key) +
+                 f" | {t['a']:.3f} | {t['b']:.3f} | {t['b'] / t['a']:.2f} | {statistics.median(ratios):.2f} |")
 open(f"{out}/ab.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

@@ -221,8 +221,10 @@ HWY_NOINLINE void TileDots(D d, const float* HWY_RESTRICT q, const TK* const* HW
     const float* q0 = q + r * dpad;
     int64_t j = 0;
 #if HWY_TARGET <= HWY_AVX3
-    // 32 vector registers: four keys, sixteen independent sums (twice the FMA latency's need).
-    for (; j + 4 <= nk; j += 4) {
+    // 32 vector registers: four keys, sixteen independent sums (twice the FMA latency's need), for
+    // quantized rows, whose decode calls are bound by their arithmetic; 16-bit and f32 rows, bound
+    // by memory, ran slower from memory with them and keep the 4 x 2 blocks (docs/cpu-design.md).
+    for (; kCodeRow<TK> && j + 4 <= nk; j += 4) {
       const TK* k0 = krow[j];
       const TK* k1 = krow[j + 1];
       const TK* k2 = krow[j + 2];
@@ -480,8 +482,9 @@ HWY_NOINLINE void RowsAxpy(D d, const float* HWY_RESTRICT p, int64_t kpad, const
     const float* p3 = p + 3 * kpad;
     int64_t x = 0;
 #if HWY_TARGET <= HWY_AVX3
-    // 32 vector registers: four vectors of the head dim, sixteen independent sums.
-    for (; x + 4 * L <= dvpad; x += 4 * L) {
+    // 32 vector registers: four vectors of the head dim, sixteen independent sums (quantized rows,
+    // as TileDots' four keys).
+    for (; kCodeRow<TV> && x + 4 * L <= dvpad; x += 4 * L) {
       float* o0 = o + x;
       auto a0 = hn::Zero(d), b0 = hn::Zero(d), a1 = hn::Zero(d), b1 = hn::Zero(d);
       auto a2 = hn::Zero(d), b2 = hn::Zero(d), a3 = hn::Zero(d), b3 = hn::Zero(d);
