@@ -424,6 +424,34 @@ def cpu_decode_quantized_zen5():
     return "\n\n".join([head, table(QUANTIZED_DECODE_HEADER, quantized_decode_rows(decode_csv_best(DECODE_Q_ZEN5_RUNS)))])
 
 
+# ---- the AVX-512 four-key blocks for quantized rows: interleaved A/B (benchmarks/decode_ab.sh) ------
+
+DECODE_AB = "benchmarks/results/2026-11-30/decode-ab-quantized-blocks"
+
+
+@block("cpu-decode-quantized-blocks", f"{DECODE_AB}/ab.md", f"{DECODE_AB}/command")
+def cpu_decode_quantized_blocks():
+    first = read(f"{DECODE_AB}/ab.md").splitlines()[0]
+    rounds, bw = first.split("over ")[1].split(" interleaved")[0], first.split("rounds ")[1].rstrip(".")
+    commits = [line.rsplit(": ", 1)[1] for line in read(f"{DECODE_AB}/command").splitlines()[1:3]]
+    (head, body), = md_tables(f"{DECODE_AB}/ab.md")
+    col = {h: i for i, h in enumerate(head)}
+    cells = {(r[col["dtype"]], r[col["B"]], r[col["Nk"]]): r for r in body}
+    shapes = [(b, nk) for b in ("1", "8") for nk in ("16384", "65536")]
+    rows = []
+    for dt in ("i8", "e4m3", "e5m2", "bf16", "f32"):
+        rows.append([dt] + [f"{cells[(dt, b, nk)][col['B / A (median of rounds)']]} "
+                            f"({cells[(dt, b, nk)][col['A ms']]} -> {cells[(dt, b, nk)][col['B ms']]} ms)"
+                            for b, nk in shapes])
+    text = (f"{commits[1]} against {commits[0]}: time ratio, the median over {rounds} interleaved rounds of each "
+            f"round's own ratio (fastest call of each build, ms); read bandwidth before the rounds {bw}.")
+    b_ms = {k: float(r[col["B ms"]]) for k, r in cells.items()}
+    vs_bf16 = "; ".join(f"{dt} {span([b_ms[('bf16', b, nk)] / b_ms[(dt, b, nk)] for b, nk in shapes])}x"
+                        for dt in ("i8", "e4m3", "e5m2"))
+    tail = f"Tokens/s over bf16's with {commits[1]} (fastest calls, the four shapes): {vs_bf16}."
+    return "\n\n".join([text, table(["K/V dtype"] + [f"B = {b}, Nk = {nk}" for b, nk in shapes], rows), tail])
+
+
 # ---- decode from cache on the Zen 3 host at three commits (flashattn-bench --decode text lines) ---
 
 DECODE_CACHE_ZEN3 = "benchmarks/results/2026-11-29/decode-incache-zen3-f715819"
