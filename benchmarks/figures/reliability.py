@@ -3,7 +3,7 @@ and, once its cross-check has run, that step's verdicts from crosscheck.md."""
 import os
 import re
 
-from . import block, md_tables, path, read
+from . import block, md_tables, path, read, table
 
 # The run docs/reliability.md quotes: scripts/verify-long at one commit, its steps possibly run in
 # parts (CONTINUE), each part appending its rows to SUMMARY.md.
@@ -52,7 +52,5 @@ def verify_long():
     if "crosscheck" in rows and os.path.exists(path(cross)):
         out += ["", "The cross-check's verdicts (worst error/bound per output; `crosscheck.md`):", ""]
         (head, body), = [t for t in md_tables(cross) if t[0][:1] == ["implementation"]]
-        out.append("| " + " | ".join(head) + " |")
-        out.append("|" + "---|" * len(head))
-        out += ["| " + " | ".join(r) + " |" for r in body]
+        out.append(table(head, body))
     return "\n".join(out)
